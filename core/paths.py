@@ -1,0 +1,43 @@
+"""Where geotrain keeps its state: the platformdirs data dir, or $GEOTRAIN_HOME."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+
+def home() -> Path:
+    """The data directory; created on first use with owner-only permissions."""
+    override = os.environ.get("GEOTRAIN_HOME")
+    path = Path(override).expanduser() if override else Path(platformdirs.user_data_dir("geotrain"))
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def database_path() -> Path:
+    return home() / "state.sqlite3"
+
+
+def secrets_path() -> Path:
+    return home() / "secrets.json"
+
+
+def workspaces_dir() -> Path:
+    path = home() / "workspaces"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def package_root() -> Path:
+    """The directory that holds the core/, tui/, recipes/ and themes/ packages."""
+    return Path(__file__).resolve().parent.parent
+
+
+def recipes_dir() -> Path:
+    return package_root() / "recipes"
+
+
+def themes_dir() -> Path:
+    return package_root() / "themes"
