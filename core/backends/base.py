@@ -1,0 +1,68 @@
+"""The interface every workspace backend implements (local processes, Kubernetes)."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from core.models import WorkspaceSpec
+
+
+@dataclass
+class WorkerState:
+    name: str  # "worker-0", or a pod name
+    status: str
+    detail: str = ""
+
+
+@dataclass
+class WorkspaceState:
+    status: str  # a core.models.Status value
+    reason: str = ""
+    workers: list[WorkerState] = field(default_factory=list)
+    exit_code: int | None = None
+
+
+@dataclass
+class LaunchPlan:
+    """What deploy would do, for --dry-run: a human-readable text and the resolved config."""
+
+    description: str
+    config_yaml: str
+
+
+class Backend(abc.ABC):
+    """Runs workspaces. `workspace_id` is assigned by core.workspaces before deploy."""
+
+    @abc.abstractmethod
+    def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
+        """What deploy would launch; contacts nothing and changes nothing."""
+
+    @abc.abstractmethod
+    def deploy(self, workspace_id: str, spec: WorkspaceSpec, secrets: dict[str, str]) -> str:
+        """Start the workspace; returns its run directory or resource name.
+
+        `secrets` maps env var names (WANDB_API_KEY, HF_TOKEN) to values; the backend
+        must pass them only through the environment or a Kubernetes Secret.
+        """
+
+    @abc.abstractmethod
+    def status(self, workspace_id: str) -> WorkspaceState:
+        ...
+
+    def list(self) -> list[str]:
+        """Ids of the workspaces this backend knows about (may be empty)."""
+        return []
+
+    @abc.abstractmethod
+    def logs(self, workspace_id: str, follow: bool = False) -> Iterator[tuple[str, str]]:
+        """Yield (worker, line) pairs; with follow, until the workspace ends."""
+
+    @abc.abstractmethod
+    def delete(self, workspace_id: str) -> None:
+        """Stop everything of the workspace and remove its files/resources. Idempotent."""
+
+    def metrics(self, workspace_id: str) -> list[dict]:
+        """Metrics rows (step, loss, bytes_sent …) the recipe has written so far."""
+        return []

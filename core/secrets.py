@@ -1,0 +1,66 @@
+"""Tokens (W&B, HF, join tokens, passwords) in one 0600 file, and redaction for logs.
+
+The database and manifests hold only references ("ws-abc/wandb"); the values live here
+and reach workers through their environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from core import paths
+
+_MIN_SECRET_LEN = 6
+
+
+class SecretStore:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path else paths.secrets_path()
+
+    def _load(self) -> dict[str, str]:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+
+    def _save(self, data: dict[str, str]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".secrets-")
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(data, handle)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        os.chmod(self.path, 0o600)
+
+    def put(self, ref: str, value: str) -> str:
+        data = self._load()
+        data[ref] = value
+        self._save(data)
+        return ref
+
+    def get(self, ref: str) -> str | None:
+        return self._load().get(ref)
+
+    def delete_prefix(self, prefix: str) -> None:
+        data = self._load()
+        kept = {k: v for k, v in data.items() if not k.startswith(prefix)}
+        if kept != data:
+            self._save(kept)
+
+    def values(self) -> list[str]:
+        return list(self._load().values())
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """Replace every occurrence of a known secret (and bearer-like tokens) with ***."""
+    for value in sorted(secrets, key=len, reverse=True):
+        if value and len(value) >= _MIN_SECRET_LEN:
+            text = text.replace(value, "***")
+    return re.sub(r"(?i)(authorization:\s*bearer\s+)\S+", r"\1***", text)
