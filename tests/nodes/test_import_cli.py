@@ -2,40 +2,24 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import subprocess
-import threading
 
 import pytest
 
 from core.cli import main
 from core.known_hosts import known_hosts_path
-
-
-class _WhatIsMyIP(http.server.BaseHTTPRequestHandler):
-    """Stand-in for api.ipify.org: answers with the caller's address."""
-
-    def do_GET(self):
-        body = self.client_address[0].encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+from tests.testhosts import start_ip_echo
 
 
 @pytest.fixture
 def ip_echo(monkeypatch):
-    """Start the stand-in on the test bridge's address (after the hosts exist)."""
+    """A stand-in for api.ipify.org on the test bridge (start it after the hosts exist)."""
     servers = []
 
     def start(address: str) -> None:
-        server = http.server.ThreadingHTTPServer((address, 0), _WhatIsMyIP)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = start_ip_echo(address)
         servers.append(server)
         monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", f"http://{address}:{server.server_port}/")
 
