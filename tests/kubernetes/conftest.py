@@ -1,0 +1,60 @@
+"""Shared pieces for the Kubernetes tests: the Volcano schema, node sets, specs, a temp home."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.models import WorkspaceSpec
+from core.node_inventory import NodeGroup
+
+REPO = Path(__file__).resolve().parents[2]
+VOLCANO_DIR = REPO / "../shared/schemas/volcano"
+JOB_CRD = VOLCANO_DIR / "batch.volcano.sh_jobs.yaml"
+
+MODELS = ("gpt-neo", "gpt-neo-x", "gcn", "resnet50", "resnet101", "wav2vec2")
+FALLBACK_PRESETS = ("none", "low", "medium", "high", "ultra")
+
+# Two datacenters' worth of unlike nodes: the set every manifest is rendered for.
+HETEROGENEOUS = [
+    NodeGroup("nvidia", 8, ("dc1-h100-a", "dc1-h100-b")),
+    NodeGroup("nvidia", 4, ("dc2-a10-a",)),
+    NodeGroup("amd", 8, ("dc2-mi300-a", "dc2-mi300-b")),
+    NodeGroup("cpu", 0, ("dc3-cpu-a", "dc3-cpu-b")),
+]
+
+
+def presets() -> tuple[str, ...]:
+    """Preset names from recipes/presets.yaml (the one table) once it is on the branch."""
+    path = REPO / "recipes" / "presets.yaml"
+    if path.exists():
+        return tuple(yaml.safe_load(path.read_text()))
+    return FALLBACK_PRESETS
+
+
+@pytest.fixture(scope="session")
+def job_validator():
+    """Draft 7 validator for the Volcano Job CRD's openAPIV3Schema."""
+    if not JOB_CRD.exists():
+        pytest.skip(f"Volcano CRD schema not found at {JOB_CRD.resolve()} "
+                    "(CI clones the repo with shared/ beside it)")
+    from jsonschema import Draft7Validator
+
+    crd = yaml.safe_load(JOB_CRD.read_text())
+    return Draft7Validator(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+def make_spec(**overrides) -> WorkspaceSpec:
+    fields = dict(cluster="dc", model="gpt-neo", size="tiny", preset="low", workers=2, steps=20)
+    fields.update(overrides)
+    return WorkspaceSpec(**fields)
+
+
+@pytest.fixture
+def geotrain_home(tmp_path, monkeypatch):
+    """A private state directory (SQLite + secrets) for one test."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("GEOTRAIN_HOME", str(home))
+    return home
