@@ -68,11 +68,11 @@ def _metadata(workspace_id: str, name: str, namespace: str) -> dict[str, Any]:
 
 
 def recipe_config(spec: WorkspaceSpec) -> dict[str, Any]:
-    """The recipe's YAML: the detailed config, with the spec's headline fields filled in."""
-    config = dict(spec.config)
-    for key in ("model", "size", "preset", "steps"):
-        config.setdefault(key, getattr(spec, key))
-    return config
+    """The recipe's YAML: the detailed config core.workspaces resolved (headline fields if none)."""
+    if spec.config:
+        return dict(spec.config)
+    return {"model": spec.model, "size": spec.size, "gradient_compression": spec.preset,
+            "steps": spec.steps}
 
 
 def render_config_map(workspace_id: str, spec: WorkspaceSpec, namespace: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
-from core.errors import BackendError
+from core.errors import BackendError, InvalidInput
 from core.k8s_names import job_name
 from core.kube_client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
                               SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
@@ -23,6 +23,7 @@ from core.manifests import (WORKSPACE_ANNOTATION, config_map_name, manifests_yam
                             recipe_config, render_manifests, secret_name, token_env_names)
 from core.models import Cluster, Status, WorkspaceSpec
 from core.node_inventory import NodeGroup, cluster_groups
+from core.secrets import SecretStore
 from core.pod_logs import JobLogs, container_status, read_json
 from core.volcano_admission import admission_errors
 
@@ -85,8 +86,8 @@ class KubernetesBackend(Backend):
         return LaunchPlan(description=head + manifests_yaml(manifests),
                           config_yaml=yaml.safe_dump(recipe_config(spec), sort_keys=False))
 
-    def deploy(self, workspace_id: str, spec: WorkspaceSpec, secrets: dict[str, str]) -> str:
-        manifests = self._manifests(workspace_id, spec, dict(secrets))
+    def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
+        manifests = self._manifests(workspace_id, spec, self._token_values(secret_refs))
         check_volcano(self.cluster, self.api)
         created: list[dict[str, Any]] = []
         try:
@@ -99,6 +100,18 @@ class KubernetesBackend(Backend):
                     self._delete_object(manifest["kind"], manifest["metadata"]["name"])
             raise
         return f"{self.namespace}/{job_name(workspace_id)}"
+
+    @staticmethod
+    def _token_values(secret_refs: dict[str, str]) -> dict[str, str]:
+        """Env var -> token, read from the 0600 secret store (refs are all the DB holds)."""
+        store, values = SecretStore(), {}
+        for env, ref in secret_refs.items():
+            value = store.get(ref)
+            if value is None:
+                raise InvalidInput(f"the token for {env} ({ref}) is not in the secret store",
+                                   "deploy again and pass the token (--wandb-token/--hf-token)")
+            values[env] = value
+        return values
 
     def _create(self, manifest: dict[str, Any]) -> None:
         kind, name = manifest["kind"], manifest["metadata"]["name"]

@@ -30,7 +30,8 @@ def presets() -> tuple[str, ...]:
     """Preset names from recipes/presets.yaml (the one table) once it is on the branch."""
     path = REPO / "recipes" / "presets.yaml"
     if path.exists():
-        return tuple(yaml.safe_load(path.read_text()))
+        data = yaml.safe_load(path.read_text()) or {}
+        return tuple(data.get("presets", data))
     return FALLBACK_PRESETS
 
 

@@ -15,10 +15,12 @@ import pytest
 from core.backends.kubernetes import KubernetesBackend
 from core.errors import BackendError, InvalidInput
 from core.models import Cluster
+from core.secrets import SecretStore
 from tests.kubernetes.conftest import make_spec
 from tests.kubernetes.fake_api_server import FakeKubeAPI
 
 TOKEN = "wandb-token-0123456789"
+WANDB_REF, HF_REF = "ws-demo/wandb", "ws-1/hf"  # references into the 0600 secret store
 CPU_NODES = [{"vendor": "cpu", "gpus": 0, "nodes": ["n1", "n2", "n3"]}]
 
 
@@ -37,6 +39,14 @@ contexts:
 current-context: fake-ctx
 """)
     return str(path)
+
+
+@pytest.fixture(autouse=True)
+def stored_tokens(geotrain_home):
+    """Tokens live in the secret store of a temp GEOTRAIN_HOME; deploy gets references."""
+    store = SecretStore()
+    store.put(WANDB_REF, TOKEN)
+    store.put(HF_REF, TOKEN)
 
 
 @pytest.fixture
@@ -70,7 +80,7 @@ def log_requests(fake):
 def test_deploy_list_status_logs_restart_delete(fake, cluster):
     backend = KubernetesBackend(cluster, log_poll_s=0.1)
     spec = make_spec(cluster="mycluster", workers=2, tokens={"wandb": "ws-demo/wandb"})
-    assert backend.deploy("ws-demo", spec, {"WANDB_API_KEY": TOKEN}) == "default/gt-ws-demo"
+    assert backend.deploy("ws-demo", spec, {"WANDB_API_KEY": WANDB_REF}) == "default/gt-ws-demo"
 
     secret = fake.objects[("secrets", "default", "gt-ws-demo-tokens")]
     assert secret["stringData"] == {"WANDB_API_KEY": TOKEN}
@@ -179,7 +189,7 @@ def test_api_unreachable_is_a_clear_error(tmp_path):
 def test_missing_volcano_crd_is_named_and_nothing_is_created(fake, cluster):
     fake.volcano_installed = False
     with pytest.raises(BackendError, match=r"is Volcano installed on cluster mycluster\?"):
-        KubernetesBackend(cluster).deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": TOKEN})
+        KubernetesBackend(cluster).deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": HF_REF})
     assert fake.objects == {}
     with pytest.raises(BackendError, match="is Volcano installed"):
         KubernetesBackend(cluster).list()
@@ -187,10 +197,10 @@ def test_missing_volcano_crd_is_named_and_nothing_is_created(fake, cluster):
 
 def test_duplicate_name_gives_409_message_and_keeps_the_running_workspace(fake, cluster):
     backend = KubernetesBackend(cluster)
-    backend.deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": TOKEN})
+    backend.deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": HF_REF})
     before = dict(fake.objects)
     with pytest.raises(BackendError) as info:
-        backend.deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": TOKEN})
+        backend.deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": HF_REF})
     assert "already exists" in info.value.message and "delete the existing workspace" in info.value.hint
     assert fake.objects == before
 
@@ -198,14 +208,14 @@ def test_duplicate_name_gives_409_message_and_keeps_the_running_workspace(fake, 
 def test_job_name_taken_by_someone_else_rolls_back_secret_and_config(fake, cluster):
     fake.objects[("jobs", "default", "gt-ws-1")] = {"metadata": {"name": "gt-ws-1"}}
     with pytest.raises(BackendError, match="creating Job gt-ws-1 on cluster 'mycluster': already exists"):
-        KubernetesBackend(cluster).deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": TOKEN})
+        KubernetesBackend(cluster).deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": HF_REF})
     assert list(fake.objects) == [("jobs", "default", "gt-ws-1")]
 
 
 def test_missing_rights_give_403_message_and_nothing_is_left(fake, cluster):
     fake.forbidden.add(("POST", "jobs"))
     with pytest.raises(BackendError) as info:
-        KubernetesBackend(cluster).deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": TOKEN})
+        KubernetesBackend(cluster).deploy("ws-1", make_spec(cluster="mycluster"), {"HF_TOKEN": HF_REF})
     assert "permission denied" in info.value.message and 'cannot create resource "jobs"' in info.value.message
     assert "RBAC" in info.value.hint and "'default'" in info.value.hint
     assert fake.objects == {}
@@ -221,8 +231,14 @@ def test_bad_input_submits_nothing(fake, cluster, change, expected):
         cluster.kubeconfig_path = None
     spec = make_spec(cluster="mycluster", **{k: v for k, v in change.items() if k != "kubeconfig_path"})
     with pytest.raises(InvalidInput, match=expected):
-        KubernetesBackend(cluster).deploy("ws-1", spec, {"HF_TOKEN": TOKEN})
+        KubernetesBackend(cluster).deploy("ws-1", spec, {"HF_TOKEN": HF_REF})
     assert fake.requests == [] and fake.objects == {}
+
+
+def test_a_token_missing_from_the_secret_store_submits_nothing(fake, cluster):
+    with pytest.raises(InvalidInput, match=r"token for HF_TOKEN \(ws-9/hf\) is not in the secret store"):
+        KubernetesBackend(cluster).deploy("ws-9", make_spec(cluster="mycluster"), {"HF_TOKEN": "ws-9/hf"})
+    assert fake.requests == []
 
 
 def test_plan_shows_manifests_without_contacting_the_cluster(fake, cluster):

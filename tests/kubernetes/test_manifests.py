@@ -38,7 +38,7 @@ def test_every_model_and_preset_renders_a_job_volcano_accepts(job_validator, mod
         assert job["spec"]["minAvailable"] == workers
         assert all(len(p) <= 63 for p in _pods(job))
         config = yaml.safe_load(out[0]["data"]["config.yaml"])
-        assert (config["model"], config["preset"]) == (model, preset)
+        assert (config["model"], config["gradient_compression"]) == (model, preset)
         assert TOKEN not in yaml.safe_dump(job) and TOKEN not in yaml.safe_dump(out[0])
 
 
