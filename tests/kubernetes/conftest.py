@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.cli import main
 from core.models import WorkspaceSpec
 from core.node_inventory import NodeGroup
+from tests.kubernetes.fake_api_server import FakeKubeAPI
 
 REPO = Path(__file__).resolve().parents[2]
 VOLCANO_DIR = REPO / "../shared/schemas/volcano"
@@ -59,3 +61,51 @@ def geotrain_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("GEOTRAIN_HOME", str(home))
     return home
+
+
+# Nodes the fake API server lists: two NVIDIA boxes, one CPU box, one cordoned.
+NODES = [
+    {"metadata": {"name": "gpu-a"}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"}}},
+    {"metadata": {"name": "gpu-b"}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"}}},
+    {"metadata": {"name": "cpu-a"}, "status": {"allocatable": {"cpu": "32"}}},
+    {"metadata": {"name": "cordoned"}, "spec": {"unschedulable": True}, "status": {"allocatable": {}}},
+]
+
+
+def write_kubeconfig(path, server: str) -> str:
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster: {{server: "{server}"}}
+users:
+- name: dev
+  user: {{token: not-a-real-token}}
+contexts:
+- name: fake-ctx
+  context: {{cluster: fake, user: dev, namespace: default}}
+current-context: fake-ctx
+""")
+    return str(path)
+
+
+@pytest.fixture
+def fake():
+    """FakeKubeAPI: a stand-in for a real Kubernetes API server, which cannot run here."""
+    api = FakeKubeAPI()
+    api.nodes = NODES
+    api.url = api.start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def kubeconfig(fake, tmp_path, geotrain_home) -> str:
+    return write_kubeconfig(tmp_path / "kubeconfig", fake.url)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    """The CLI in-process: exit code, stdout, stderr."""
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -43,6 +43,7 @@ class FakeKubeAPI:
         self.nodes: list[dict] = []
         self.logs: dict[tuple[str, str, int], LogBuffer] = {}
         self.volcano_installed = True
+        self.queues = {"default", "geotrain"}
         self.forbidden: set[tuple[str, str]] = set()  # (HTTP method, resource)
         self.requests: list[tuple[str, str, dict]] = []
         self.cond = threading.Condition()
@@ -187,8 +188,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/apis/batch.volcano.sh/v1alpha1" and method == "GET":
             return self._discovery()
         if path == "/api/v1/nodes":
+            if ("GET", "nodes") in self.fake.forbidden:
+                return self._send(403, _status(403, "Forbidden", 'nodes is forbidden: User "dev" '
+                                               'cannot list resource "nodes" in API group "" at the cluster scope'))
             return self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
                                     "items": self.fake.nodes})
+        queue = re.fullmatch(r"/apis/scheduling\.volcano\.sh/v1beta1/queues/([^/]+)", path)
+        if queue and self.fake.volcano_installed:
+            found = queue[1] in self.fake.queues
+            return self._send(200 if found else 404,
+                              {"metadata": {"name": queue[1]}} if found else
+                              _status(404, "NotFound", f'queues.scheduling.volcano.sh "{queue[1]}" not found'))
         for pattern in (CORE, VOLCANO, PODGROUPS):
             match = re.fullmatch(pattern + r"(?:/(?P<name>[^/]+))?(?P<log>/log)?", path)
             if match:

@@ -16,29 +16,11 @@ from core.backends.kubernetes import KubernetesBackend
 from core.errors import BackendError, InvalidInput
 from core.models import Cluster
 from core.secrets import SecretStore
-from tests.kubernetes.conftest import make_spec
-from tests.kubernetes.fake_api_server import FakeKubeAPI
+from tests.kubernetes.conftest import make_spec, write_kubeconfig
 
 TOKEN = "wandb-token-0123456789"
 WANDB_REF, HF_REF = "ws-demo/wandb", "ws-1/hf"  # references into the 0600 secret store
 CPU_NODES = [{"vendor": "cpu", "gpus": 0, "nodes": ["n1", "n2", "n3"]}]
-
-
-def write_kubeconfig(path, server: str) -> str:
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: fake
-  cluster: {{server: "{server}"}}
-users:
-- name: dev
-  user: {{token: not-a-real-token}}
-contexts:
-- name: fake-ctx
-  context: {{cluster: fake, user: dev, namespace: default}}
-current-context: fake-ctx
-""")
-    return str(path)
 
 
 @pytest.fixture(autouse=True)
@@ -47,14 +29,6 @@ def stored_tokens(geotrain_home):
     store = SecretStore()
     store.put(WANDB_REF, TOKEN)
     store.put(HF_REF, TOKEN)
-
-
-@pytest.fixture
-def fake():
-    api = FakeKubeAPI()
-    api.url = api.start()
-    yield api
-    api.stop()
 
 
 @pytest.fixture
