@@ -92,7 +92,7 @@ def _torchrun(job: str, nnodes: int, slots: int, is_host: bool) -> str:
     args = ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={slots}",
             f"--max-restarts={MAX_RESTARTS}", "--rdzv-backend=c10d",
             f"--rdzv-id={job}", f"--rdzv-conf={RDZV_CONF},is_host={int(is_host)}",
-            "--monitor-interval=5", "-m", "recipes.train", "--config", CONFIG_FILE]
+            "--monitor-interval=1", "-m", "recipes.train", "--config", CONFIG_FILE]
     # The endpoint and local address come from the environment at run time.
     return (shlex.join(args[:5]) + ' --rdzv-endpoint="$host:' + str(RDZV_PORT) + '"'
             + ' --local-addr="$POD_IP" ' + shlex.join(args[5:]))
