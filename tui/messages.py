@@ -58,3 +58,34 @@ class NodesLoaded(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, NodesLoaded)
+
+
+@dataclass
+class DeployChoices(Message):
+    """What the deploy form offers: cluster names, model -> sizes, preset names."""
+
+    clusters: list[str]
+    models: dict[str, list[str]]
+    presets: list[str]
+
+
+@dataclass
+class FormProblem(Message):
+    """A user's input was refused by core: shown inline, under the form."""
+
+    text: str
+
+
+@dataclass
+class DetailedConfig(Message):
+    """The full detailed config (YAML) of what the form would deploy now."""
+
+    text: str
+
+
+@dataclass
+class ConfigChecked(Message):
+    """The editor's text was checked: core.config_check.ConfigProblem list (empty: valid)."""
+
+    text: str
+    problems: list[Any]

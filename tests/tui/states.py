@@ -123,10 +123,3 @@ def app_options() -> dict:
     return {"clock": lambda: NOW, "poll_seconds": 0}
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False

@@ -7,18 +7,11 @@ from pathlib import Path
 from textual.widgets import DataTable
 
 from tests.tui import states
+from tests.tui.waiting import on_screen, until
 from tui.screens.help import HelpScreen
 from tui.screens.workspaces import WorkspacesScreen
 from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.error_modal import ErrorScreen
-
-
-async def _until(pilot, predicate, timeout=10.0):
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _rows(app) -> dict:
@@ -29,7 +22,7 @@ def _rows(app) -> dict:
 def test_table_shows_every_cluster_with_age_status_and_loss(app):
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await _until(pilot, lambda: len(_rows(app)) == 4)
+            await until(pilot, lambda: len(_rows(app)) == 4)
             rows = _rows(app)
             assert rows[states.COMPLETED_ID] == [states.COMPLETED_ID, "local", "gpt-neo tiny",
                                                  "medium", "COMPLETED", "2h", "1.9229"]
@@ -37,9 +30,9 @@ def test_table_shows_every_cluster_with_age_status_and_loss(app):
             assert rows[states.RUNNING_ID][4] == "RUNNING"
             assert rows[states.FAILED_ID][4] == "FAILED"
             await pilot.press("slash", *"resnet", "enter")
-            await _until(pilot, lambda: list(_rows(app)) == [states.REMOTE_ID])
+            await until(pilot, lambda: list(_rows(app)) == [states.REMOTE_ID])
             await pilot.press("escape")
-            await _until(pilot, lambda: len(_rows(app)) == 4)
+            await until(pilot, lambda: len(_rows(app)) == 4)
     asyncio.run(run())
 
 
@@ -49,20 +42,20 @@ def test_delete_with_d_then_y_says_what_is_lost_and_removes_everything(app, seed
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await _until(pilot, lambda: len(_rows(app)) == 4)
+            await until(pilot, lambda: len(_rows(app)) == 4)
             await pilot.press("home")  # first row: the oldest (on eu-west)
             await pilot.press("down")
             assert app.screen.selected_id() == states.COMPLETED_ID
             await pilot.press("d")
-            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await on_screen(pilot, ConfirmScreen)
             assert "ephemeral" in app.screen.body and str(run_dir) in app.screen.body
             await pilot.press("x")  # anything but y cancels
-            await _until(pilot, lambda: isinstance(app.screen, WorkspacesScreen))
+            await on_screen(pilot, WorkspacesScreen)
             assert run_dir.exists() and states.COMPLETED_ID in _rows(app)
             await pilot.press("d")
-            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await on_screen(pilot, ConfirmScreen)
             await pilot.press("y")
-            await _until(pilot, lambda: states.COMPLETED_ID not in _rows(app))
+            await until(pilot, lambda: states.COMPLETED_ID not in _rows(app))
     asyncio.run(run())
     assert not run_dir.exists()
     assert states.COMPLETED_ID not in [w.id for w in service.list()]
@@ -72,13 +65,13 @@ def test_help_lists_the_keys_of_the_view_and_q_quits(app):
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("question_mark")
-            await _until(pilot, lambda: isinstance(app.screen, HelpScreen))
+            await on_screen(pilot, HelpScreen)
             keys = dict(app.screen.keys)
             assert keys["n"] == "Deploy default" and keys["d"] == "Delete"
             await pilot.press("escape")
-            await _until(pilot, lambda: isinstance(app.screen, WorkspacesScreen))
+            await on_screen(pilot, WorkspacesScreen)
             await pilot.press("q")
-            await _until(pilot, lambda: not app.is_running)
+            await until(pilot, lambda: not app.is_running)
     asyncio.run(run())
 
 
@@ -93,15 +86,15 @@ def test_a_failing_core_call_becomes_the_error_modal_with_what_to_do(app, seeded
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await _until(pilot, lambda: len(_rows(app)) == 4)
+            await until(pilot, lambda: len(_rows(app)) == 4)
             await pilot.press("d")
-            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await on_screen(pilot, ConfirmScreen)
             await pilot.press("y")
-            await _until(pilot, lambda: isinstance(app.screen, ErrorScreen))
+            await on_screen(pilot, ErrorScreen)
             assert app.screen.message == "the local supervisor did not stop"
             assert app.screen.hint == "kill it by hand, then retry"
             await pilot.press("escape")
-            await _until(pilot, lambda: isinstance(app.screen, WorkspacesScreen))
+            await on_screen(pilot, WorkspacesScreen)
             assert len(_rows(app)) == 4
     asyncio.run(run())
 

@@ -45,7 +45,6 @@ class WorkspaceDetailScreen(GeotrainScreen):
             yield LossChart("bytes sent", human_bytes, id="bytes")
         yield Input(id="query", classes="hidden")
         yield LogView(max_lines=self.app.log_max_lines, id="log")
-        yield Static("", id="follow-state", classes="hint")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -91,8 +90,9 @@ class WorkspaceDetailScreen(GeotrainScreen):
         feed(lines, view.post_message, view.gate, lambda: worker.is_cancelled)
 
     def _show_follow(self, following: bool) -> None:
-        text = "following the end" if following else "[b]paused[/] — press [b]f[/] to follow"
-        self.query_one("#follow-state", Static).update(text)
+        view = self.query_one(LogView)
+        view.border_title = "logs"
+        view.border_subtitle = "following the end" if following else "paused · f follows"
 
     def action_follow(self) -> None:
         self.query_one(LogView).follow()
