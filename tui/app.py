@@ -13,6 +13,7 @@ from core import paths
 from core.workspaces import WorkspaceService
 from tui.palettes import DEFAULT_THEME, load_themes
 from tui.screens.help import HelpScreen, key_label
+from tui.screens.nodes import NodesScreen
 from tui.screens.workspaces import WorkspacesScreen
 from tui.widgets.error_modal import ErrorScreen
 
@@ -22,13 +23,15 @@ THEME_SETTING = "tui.theme"
 class GeotrainApp(App):
     CSS_PATH = str(paths.themes_dir() / "base.tcss")
     TITLE = "geotrain"
-    MODES = {"workspaces": WorkspacesScreen}
+    MODES = {"workspaces": WorkspacesScreen, "nodes": NodesScreen}
     DEFAULT_MODE = "workspaces"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
         Binding("colon", "command_palette", "Jump", show=False),
         Binding("ctrl+t", "next_theme", "Theme", show=False),
+        Binding("1", "switch_mode('workspaces')", "Workspaces", show=False),
+        Binding("2", "switch_mode('nodes')", "Nodes", show=False),
     ]
 
     def __init__(self, service: WorkspaceService | None = None, *,

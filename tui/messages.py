@@ -89,3 +89,8 @@ class ConfigChecked(Message):
 
     text: str
     problems: list[Any]
+
+
+@dataclass
+class NodesImported(Message):
+    nodes: list[Any]

@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+from core import facts
 from core.clusters import save_cluster
+from core.node_status import status_for
 from core.models import Cluster, Node, WorkspaceSpec
 from core.nodes import add_nodes
 from core.store import Store
@@ -22,6 +24,7 @@ COMPLETED_ID = "gpt-neo-a1b2c3"
 RUNNING_ID = "gpt-neo-d4e5f6"
 FAILED_ID = "gcn-0f0f0f"
 REMOTE_ID = "resnet50-0a0b0c"
+FIXTURES = Path(__file__).resolve().parents[1] / "nodes" / "fixtures"
 
 
 def spec(cluster: str, model: str, size: str = "tiny", preset: str = "medium",
@@ -102,14 +105,23 @@ def seed(home: Path, running: bool = True) -> tuple[WorkspaceService, list[subpr
         procs.append(start_stand_in_supervisor(live))
         _insert(store, RUNNING_ID, spec("local", "gpt-neo", steps=1000), "RUNNING", NOW - 95,
                 live, None)
-    add_nodes(store, [
-        Node(name="fra-1", host="10.0.0.11", username="root", datacenter="frankfurt",
-             facts={"gpus": "8x H100 80GB", "cpus": 192, "memory_gb": 2048, "disk_gb": 7600}),
-        Node(name="ams-2", host="10.1.0.12", username="ubuntu", datacenter="amsterdam",
-             status="BLOCKED", blockers=["no NVIDIA driver"],
-             facts={"gpus": "none", "cpus": 64, "memory_gb": 256, "disk_gb": 900}),
-    ])
+    add_nodes(store, recorded_nodes())
     return service, procs
+
+
+def recorded_nodes() -> list[Node]:
+    """Two nodes whose facts come from real servers' recorded fact-script outputs."""
+    nodes = []
+    for name, host, dc, fixture in (("fra-1", "203.0.113.11", "frankfurt",
+                                     "host_ubuntu2204_docker_8gpu.txt"),
+                                    ("ams-2", "198.51.100.12", "amsterdam",
+                                     "host_debian12_testhost.txt")):
+        found = facts.parse_all((FIXTURES / fixture).read_text())
+        found["gathered_at"] = NOW
+        status, blockers = status_for(found, None)
+        nodes.append(Node(name=name, host=host, username="root", datacenter=dc, status=status,
+                          blockers=blockers, facts=found))
+    return nodes
 
 
 def stop(procs: list[subprocess.Popen]) -> None:

@@ -45,7 +45,7 @@ def test_delete_with_d_then_y_says_what_is_lost_and_removes_everything(app, seed
             await until(pilot, lambda: len(_rows(app)) == 4)
             await pilot.press("home")  # first row: the oldest (on eu-west)
             await pilot.press("down")
-            assert app.screen.selected_id() == states.COMPLETED_ID
+            assert app.screen.selected_key() == states.COMPLETED_ID
             await pilot.press("d")
             await on_screen(pilot, ConfirmScreen)
             assert "ephemeral" in app.screen.body and str(run_dir) in app.screen.body

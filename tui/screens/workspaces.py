@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from core.workspaces import DeployRequest
 from tui import formatting
-from tui.screens.base import GeotrainScreen
+from tui.screens.table_screen import TableScreen
 from tui.messages import WorkspaceDeleted, WorkspaceDeployed, WorkspacesLoaded
 from tui.widgets.confirm import ConfirmScreen
 
@@ -23,9 +23,11 @@ def env_tokens() -> dict[str, str | None]:
     return {"wandb": os.environ.get("WANDB_API_KEY"), "hf": os.environ.get("HF_TOKEN")}
 
 
-class WorkspacesScreen(GeotrainScreen):
+class WorkspacesScreen(TableScreen):
     TITLE = "Workspaces"
     AUTO_FOCUS = "#workspaces"
+    COLUMNS = COLUMNS
+    POLL = True
     BINDINGS = [
         Binding("n", "deploy_default", "Deploy default"),
         Binding("c", "deploy_form", "Deploy…"),
@@ -33,14 +35,12 @@ class WorkspacesScreen(GeotrainScreen):
         Binding("l", "open", "Logs"),
         Binding("d", "delete", "Delete"),
         Binding("r", "reload", "Refresh"),
-        Binding("slash", "filter", "Filter"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
+        *TableScreen.FILTER_BINDINGS,
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.workspaces: dict[str, object] = {}
-        self.filter_text = ""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -49,18 +49,7 @@ class WorkspacesScreen(GeotrainScreen):
         yield Static("", id="empty", classes="hint")
         yield Footer()
 
-    def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for name in COLUMNS:
-            table.add_column(name, key=name)
-        self.action_reload()
-        if self.app.poll_seconds:
-            self.set_interval(self.app.poll_seconds, self.action_reload)
-
     # loading ---------------------------------------------------------------
-    def action_reload(self) -> None:
-        self._load()
-
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="Loading workspaces")
     def _load(self) -> None:
         self.post_message(WorkspacesLoaded(self.app.service.list()))
@@ -68,22 +57,18 @@ class WorkspacesScreen(GeotrainScreen):
     @on(WorkspacesLoaded)
     def _show(self, message: WorkspacesLoaded) -> None:
         self.workspaces = {ws.id: ws for ws in message.workspaces}
-        self._fill()
+        self.refill()
 
     def _row(self, ws) -> tuple:
         return (ws.id, ws.cluster, f"{ws.spec.model} {ws.spec.size}", ws.spec.preset,
                 formatting.status(ws.status), formatting.age(self.app.clock() - ws.created_at),
                 formatting.loss(ws.last_loss))
 
-    def _visible(self) -> list:
-        needle = self.filter_text.lower()
-        return [ws for ws in self.workspaces.values()
-                if not needle or needle in " ".join(map(str, self._row(ws)[:5])).lower()]
-
-    def _fill(self) -> None:
+    def refill(self) -> None:
         """Update the table in place: changed cells, new rows, gone rows."""
         table = self.query_one(DataTable)
-        wanted = {ws.id: self._row(ws) for ws in self._visible()}
+        wanted = {ws.id: row for ws in self.workspaces.values()
+                  if self.matches((row := self._row(ws))[:5])}
         for key in [k for k in table.rows if k.value not in wanted]:
             table.remove_row(key)
         for ws_id, row in wanted.items():
@@ -98,39 +83,12 @@ class WorkspacesScreen(GeotrainScreen):
                      "No workspaces yet. Press [b]n[/] to deploy the default (tiny gpt-neo, 2 workers,"
                      " medium compression, on local) or [b]c[/] to choose.")
 
-    def selected_id(self) -> str | None:
-        table = self.query_one(DataTable)
-        if not table.row_count:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-
-    # filter ----------------------------------------------------------------
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.remove_class("hidden")
-        box.focus()
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value
-        self._fill()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self) -> None:
-        self.query_one(DataTable).focus()
-
-    def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
-        box.add_class("hidden")
-        self.query_one(DataTable).focus()
-
     # actions ---------------------------------------------------------------
     @on(DataTable.RowSelected)
     def action_open(self) -> None:
         from tui.screens.workspace_detail import WorkspaceDetailScreen
 
-        if (ws_id := self.selected_id()) is not None:
+        if (ws_id := self.selected_key()) is not None:
             self.app.push_screen(WorkspaceDetailScreen(ws_id))
 
     def action_deploy_default(self) -> None:
@@ -157,7 +115,7 @@ class WorkspacesScreen(GeotrainScreen):
         self.app.push_screen(WorkspaceDetailScreen(message.workspace.id))
 
     def action_delete(self) -> None:
-        if (ws_id := self.selected_id()) is not None:
+        if (ws_id := self.selected_key()) is not None:
             ask_delete(self, ws_id)
 
     @on(WorkspaceDeleted)
