@@ -11,6 +11,7 @@ from textual.worker import Worker, WorkerState
 
 from core import paths
 from core.workspaces import WorkspaceService
+from tui.commands import JumpCommands
 from tui.palettes import DEFAULT_THEME, load_themes
 from tui.screens.help import HelpScreen, key_label
 from tui.screens.nodes import NodesScreen
@@ -25,6 +26,7 @@ class GeotrainApp(App):
     TITLE = "geotrain"
     MODES = {"workspaces": WorkspacesScreen, "nodes": NodesScreen}
     DEFAULT_MODE = "workspaces"
+    COMMANDS = App.COMMANDS | {JumpCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
@@ -56,6 +58,22 @@ class GeotrainApp(App):
         names = [n for n in self.available_themes if n.startswith("geotrain-")]
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names \
             else DEFAULT_THEME
+
+    def open_workspace(self, workspace_id: str) -> None:
+        from tui.screens.workspace_detail import WorkspaceDetailScreen
+
+        self.switch_mode("workspaces")
+        self.push_screen(WorkspaceDetailScreen(workspace_id))
+
+    def action_deploy_form(self) -> None:
+        from tui.screens.workspace_deploy import DeployScreen
+
+        self.switch_mode("workspaces")
+        self.push_screen(DeployScreen())
+
+    def action_deploy_default(self) -> None:
+        self.switch_mode("workspaces")
+        self.screen.action_deploy_default()
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

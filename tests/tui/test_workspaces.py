@@ -111,3 +111,27 @@ def test_theme_switches_at_run_time_and_is_remembered(app, seeded):
     assert service.store.get_setting("tui.theme") == "geotrain-light"
     from tui.app import make_app
     assert make_app(service, **states.app_options()).theme == "geotrain-light"
+
+
+def test_colon_opens_the_palette_and_jumps_to_a_workspace_and_to_nodes(app):
+    from textual.command import CommandPalette
+
+    from tui.screens.nodes import NodesScreen
+    from tui.screens.workspace_detail import WorkspaceDetailScreen
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("colon")
+            await on_screen(pilot, CommandPalette)
+            await pilot.press(*"open workspace gcn")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await on_screen(pilot, WorkspaceDetailScreen)
+            assert app.screen.workspace_id == states.FAILED_ID
+            await pilot.press("colon")
+            await on_screen(pilot, CommandPalette)
+            await pilot.press(*"nodes")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await on_screen(pilot, NodesScreen)
+    asyncio.run(run())
