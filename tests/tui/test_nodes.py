@@ -26,7 +26,7 @@ def test_nodes_table_details_and_remove(app, seeded):
             await until(pilot, lambda: _names(app) == ["ams-2", "fra-1"])
             table = app.screen.query_one(DataTable)
             fra = [str(c) for c in table.get_row("fra-1")]
-            assert fra[:4] == ["fra-1", "frankfurt", "BLOCKED", "8× NVIDIA A100-SXM4-80GB"]
+            assert fra[:4] == ["fra-1", "frankfurt", "BLOCKED", "8× A100-SXM4-80GB"]
             assert "docker" in fra[7].lower()
             await pilot.press("down")
             details = str(app.screen.query_one("#details").render())

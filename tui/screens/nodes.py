@@ -26,7 +26,15 @@ def node_pool(app) -> NodePool:
 
 def gpus(facts: dict) -> str:
     found = facts.get("gpus") or []
-    return f"{len(found)}× {found[0].get('name', '?')}" if found else "—"
+    name = str(found[0].get("name", "?")).removeprefix("NVIDIA ") if found else ""
+    return f"{len(found)}× {name}" if found else "—"
+
+
+def short_blockers(blockers: list[str], width: int = 30) -> str:
+    if not blockers:
+        return "—"
+    first = blockers[0] if len(blockers[0]) <= width else blockers[0][:width - 1] + "…"
+    return first + (f" +{len(blockers) - 1}" if len(blockers) > 1 else "")
 
 
 def node_row(node: Node) -> tuple:
@@ -37,7 +45,7 @@ def node_row(node: Node) -> tuple:
             str(f.get("cpu", {}).get("cores", "—")),
             f"{memory / 1024:.0f} GiB" if memory else "—",
             f"{disk.get('free_gb', '?')}/{disk.get('total_gb', '?')} GB" if disk else "—",
-            "; ".join(node.blockers) or "—")
+            short_blockers(node.blockers))
 
 
 def node_details(node: Node) -> str:
