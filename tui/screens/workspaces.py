@@ -65,19 +65,29 @@ class WorkspacesScreen(TableScreen):
                 formatting.loss(ws.last_loss))
 
     def refill(self) -> None:
-        """Update the table in place: changed cells, new rows, gone rows."""
+        """Update the table in place (changed cells, new rows, gone rows); when many rows
+        come or go at once (a filter), rebuild it, which is much faster."""
         table = self.query_one(DataTable)
         wanted = {ws.id: row for ws in self.workspaces.values()
                   if self.matches((row := self._row(ws))[:5])}
-        for key in [k for k in table.rows if k.value not in wanted]:
-            table.remove_row(key)
-        for ws_id, row in wanted.items():
-            if ws_id not in table.rows:
+        gone = [k for k in table.rows if k.value not in wanted]
+        if len(gone) + len(wanted) - (len(table.rows) - len(gone)) > 20:
+            selected = self.selected_key()
+            table.clear()
+            for ws_id, row in wanted.items():
                 table.add_row(*row, key=ws_id)
-                continue
-            for column, value in zip(COLUMNS, row):
-                if str(table.get_cell(ws_id, column)) != str(value):
-                    table.update_cell(ws_id, column, value)
+            if selected in wanted:
+                table.move_cursor(row=table.get_row_index(selected), animate=False)
+        else:
+            for key in gone:
+                table.remove_row(key)
+            for ws_id, row in wanted.items():
+                if ws_id not in table.rows:
+                    table.add_row(*row, key=ws_id)
+                    continue
+                for column, value in zip(COLUMNS, row):
+                    if str(table.get_cell(ws_id, column)) != str(value):
+                        table.update_cell(ws_id, column, value)
         empty = self.query_one("#empty", Static)
         empty.update("" if wanted else
                      "No workspaces yet. Press [b]n[/] to deploy the default (tiny gpt-neo, 2 workers,"
