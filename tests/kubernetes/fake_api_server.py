@@ -275,6 +275,11 @@ class _Handler(BaseHTTPRequestHandler):
                                            "previous terminated container not found"))
         follow, stamps = query.get("follow") == "true", query.get("timestamps") == "true"
         since = int(query["sinceSeconds"]) if "sinceSeconds" in query else None
+        if "tailLines" in query and not follow:
+            with fake.cond:
+                text = b"".join(data for _, data in buffer.chunks)
+            lines = text.splitlines(keepends=True)[-int(query["tailLines"]):]
+            return self._send(200, b"".join(lines))
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
