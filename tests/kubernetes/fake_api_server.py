@@ -135,6 +135,20 @@ class FakeKubeAPI:
             self.cond.notify_all()
         self.start_container(name, ns)
 
+    def recreate_pod(self, name: str, ns: str = "default") -> None:
+        """Volcano's RestartJob: the pod is deleted and made again, same name, new uid."""
+        with self.cond:
+            old = self.objects.pop(("pods", ns, name))
+            self._current_buffer_of(old).ended = True
+            self.cond.notify_all()
+        labels = old["metadata"]["labels"]
+        index = int(name.rsplit("-", 1)[1])
+        self.add_pod(labels["volcano.sh/job-name"], labels["volcano.sh/task-spec"], index, ns)
+
+    def _current_buffer_of(self, pod: dict) -> LogBuffer:
+        status = pod["status"]["containerStatuses"][0]
+        return self.logs[(pod["metadata"]["name"], pod["metadata"]["uid"], status["restartCount"])]
+
     def delete_pods_of(self, job: str, ns: str) -> None:
         with self.cond:
             for key, obj in list(self.objects.items()):
