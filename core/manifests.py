@@ -14,6 +14,7 @@ import yaml
 
 from core.k8s_names import job_name, label_value, rocm_variant, validate_image
 from core.models import Cluster, WorkspaceSpec
+from core.secrets import TOKEN_ENV
 from core.node_inventory import GPU_RESOURCE, NodeGroup, allocate, dist_backend
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -32,7 +33,6 @@ CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 WORKSPACE_LABEL = "geotrain.io/workspace"
 WORKSPACE_ANNOTATION = "geotrain.io/workspace-id"
 MANAGED = {"app.kubernetes.io/managed-by": "geotrain"}
-TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN"}
 # Several TCP streams per peer fill a long fat pipe better than one.
 WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
 
