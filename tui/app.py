@@ -11,8 +11,10 @@ from textual.worker import Worker, WorkerState
 
 from core import paths
 from core.workspaces import WorkspaceService
+from tui.cluster_builder import ClusterBuilder
 from tui.commands import JumpCommands
 from tui.palettes import DEFAULT_THEME, load_themes
+from tui.screens.cluster_wizard import ClusterWizardScreen
 from tui.screens.help import HelpScreen, key_label
 from tui.screens.nodes import NodesScreen
 from tui.screens.workspaces import WorkspacesScreen
@@ -24,7 +26,7 @@ THEME_SETTING = "tui.theme"
 class GeotrainApp(App):
     CSS_PATH = str(paths.themes_dir() / "base.tcss")
     TITLE = "geotrain"
-    MODES = {"workspaces": WorkspacesScreen, "nodes": NodesScreen}
+    MODES = {"workspaces": WorkspacesScreen, "nodes": NodesScreen, "wizard": ClusterWizardScreen}
     DEFAULT_MODE = "workspaces"
     COMMANDS = App.COMMANDS | {JumpCommands}
     BINDINGS = [
@@ -34,13 +36,15 @@ class GeotrainApp(App):
         Binding("ctrl+t", "next_theme", "Theme", show=False),
         Binding("1", "switch_mode('workspaces')", "Workspaces", show=False),
         Binding("2", "switch_mode('nodes')", "Nodes", show=False),
+        Binding("3", "switch_mode('wizard')", "Cluster wizard", show=False),
     ]
 
     def __init__(self, service: WorkspaceService | None = None, *,
                  clock: Callable[[], float] = time.time, poll_seconds: float = 2.0,
-                 log_max_lines: int = 20_000) -> None:
+                 log_max_lines: int = 20_000, cluster_builder=None) -> None:
         super().__init__()
         self.service = service or WorkspaceService()
+        self.cluster_builder = cluster_builder or ClusterBuilder(self.service.store)
         self.clock = clock
         self.poll_seconds = poll_seconds
         self.log_max_lines = log_max_lines

@@ -94,3 +94,18 @@ class ConfigChecked(Message):
 @dataclass
 class NodesImported(Message):
     nodes: list[Any]
+
+
+@dataclass
+class NodeProgress(Message):
+    """A cluster_builder.NodeEvent from the wizard's runner threads."""
+
+    event: Any
+
+
+@dataclass
+class BuildFinished(Message):
+    """The preflight or the deploy ended: a cluster_builder.BuildOutcome."""
+
+    stage: str
+    outcome: Any

@@ -25,8 +25,7 @@ async def _shoot(name: str, out_dir: Path) -> Path:
         try:
             app = make_app(service, **states.app_options())
             async with app.run_test(size=views.SIZE) as pilot:
-                await views.VIEWS[name](pilot)
-                await pilot.pause()
+                await views.steady(views.VIEWS[name])(pilot)
                 path = out_dir / f"{name}.svg"
                 app.save_screenshot(filename=path.name, path=str(out_dir))
         finally:

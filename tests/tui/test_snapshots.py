@@ -10,4 +10,4 @@ from tui.app import make_app
 @pytest.mark.parametrize("name", list(views.VIEWS))
 def test_screen(name, seeded, snap_compare):
     app = make_app(seeded[0], **states.app_options())
-    assert snap_compare(app, terminal_size=views.SIZE, run_before=views.VIEWS[name])
+    assert snap_compare(app, terminal_size=views.SIZE, run_before=views.steady(views.VIEWS[name]))

@@ -94,6 +94,49 @@ async def error_modal(pilot) -> None:
     await on_screen(pilot, ErrorScreen)
 
 
+async def _wizard(pilot, hold_at: str | None = None):
+    from core.nodes import add_nodes
+    from tests.tui.stand_in_builder import StandInClusterBuilder
+    from tui.screens.cluster_wizard import ClusterWizardScreen
+
+    app = pilot.app
+    extra = states.recorded_nodes()[1]
+    extra.name, extra.datacenter, extra.host = "par-3", "paris", "192.0.2.33"
+    add_nodes(app.service.store, [extra])
+    app.cluster_builder = StandInClusterBuilder(app.service.store, hold_at, hold_seconds=2)
+    await pilot.press("3")
+    await on_screen(pilot, ClusterWizardScreen)
+    await until(pilot, lambda: app.screen.query_one("SelectionList").option_count == 3)
+    return app.cluster_builder
+
+
+async def wizard_pick(pilot) -> None:
+    await _wizard(pilot)
+    await pilot.press("space", "down", "space")
+
+
+async def _wizard_deploy(pilot, hold_at: str | None):
+    builder = await _wizard(pilot, hold_at)
+    await pilot.press("space", "down", "space", "enter", "enter")
+    await until(pilot, lambda: "preflight" in pilot.app.screen.outcomes)
+    await pilot.press("enter")
+    return builder
+
+
+async def wizard_progress(pilot) -> None:
+    from tui.widgets.progress_table import ProgressTable
+
+    await _wizard_deploy(pilot, "k3s")
+    table = pilot.app.screen.query_one("#deploy-table", ProgressTable)
+    await until(pilot, lambda: table.states.get(("ams-2", "k3s")) == "running"
+                and table.states.get(("par-3", "netmatrix")) == "done")
+
+
+async def wizard_done(pilot) -> None:
+    await _wizard_deploy(pilot, None)
+    await until(pilot, lambda: pilot.app.screen.stage == "done")
+
+
 VIEWS = {
     "workspaces": workspaces,
     "workspaces-light": workspaces_light,
@@ -103,7 +146,20 @@ VIEWS = {
     "config-editor-error": config_editor_error,
     "nodes": nodes,
     "node-import": node_import,
+    "wizard-pick": wizard_pick,
+    "wizard-progress": wizard_progress,
+    "wizard-done": wizard_done,
     "help": help_keys,
     "error": error_modal,
 }
 SIZE = (120, 36)
+
+
+def steady(view):
+    """`view`, then cursors that do not blink, so a picture does not depend on timing."""
+    async def run(pilot) -> None:
+        await view(pilot)
+        for widget in pilot.app.screen.query("Input, TextArea"):
+            widget.cursor_blink = False
+        await pilot.pause()
+    return run
