@@ -199,3 +199,20 @@ def test_non_linux_host_is_refused(make_test_hosts, capsys):
     code, _, err = cli(capsys, *import_ssh_args(host))
     assert code == 2 and "runs Darwin, not Linux" in err
     assert listed(capsys) == [] and not known_hosts_path().exists()
+
+
+def test_import_from_ssh_config_aliases_through_a_jump_host(make_test_hosts, capsys, tmp_path):
+    bastion, target = make_test_hosts(2)
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host Lab-Box\n  HostName {target.ip}\n  User root\n  IdentityFile {target.key_path}\n"
+                      f"  ProxyJump root@{bastion.ip}\n")
+    code, _, err = cli(capsys, "nodes", "import", "--from-ssh-config", "Lab-Box", "--ssh-config", str(config),
+                       "--trust-host-key", bastion.fingerprint, "--trust-host-key", target.fingerprint,
+                       "--datacenter", "lab")
+    assert code == 0, err
+    (node,) = listed(capsys)
+    assert (node["name"], node["host"], node["jump"], node["datacenter"]) == (
+        "lab-box", target.ip, f"root@{bastion.ip}", "lab")
+    assert node["facts"]["system"]["system"] == "Linux"
+    code, _, err = cli(capsys, "nodes", "import", "--from-ssh-config", "nope", "--ssh-config", str(config))
+    assert code == 2 and "no `Host nope` entry" in err
