@@ -75,7 +75,7 @@ class TestHost:
     veth: str  # the bridge-side veth in the root namespace (for tc shaping)
     pid: int = 0  # sshd's pid, inside the host's namespaces
     private_dirs: tuple[str, ...] = ()
-    plain_bashrc: bool = False  # hide this machine's /root/.bashrc from logins
+    plain_bashrc: bool = True  # hide this machine's /root/.bashrc from logins
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -263,13 +263,14 @@ def _wait_listening(host: TestHost, timeout: float = 15) -> None:
 
 def create_hosts(n: int, prefix: str = "gtn", subnet: str = "10.201.0.0/24",
                  sshd_extra: str = "", private_dirs: tuple[str, ...] = PRIVATE_DIRS,
-                 port: int = 22, plain_bashrc: bool = False) -> list[TestHost]:
+                 port: int = 22, plain_bashrc: bool = True) -> list[TestHost]:
     """Make `n` hosts named `{prefix}0…`; first removes leftovers of the same prefix.
 
     `sshd_extra` is appended to each sshd_config (e.g. a `ForceCommand`).
-    `plain_bashrc` hides this machine's /root/.bashrc (here it runs `pyenv init`,
-    ~0.3 s of CPU per SSH command) so logins cost what they cost on a fresh server. Call
-    `teardown(prefix)` when done, or use `make_hosts`, which always does.
+    `plain_bashrc` (default) hides this machine's /root/.bashrc from SSH sessions: here it
+    runs `pyenv init` (~0.3 s of CPU per command, and a background `pyenv rehash` that,
+    killed by teardown, leaves a lock stalling every shell for 60 s).
+    Call `teardown(prefix)` when done, or use `make_hosts`, which always does.
     """
     if len(prefix) > 10 or not re.fullmatch(r"[a-z][a-z0-9]*", prefix):
         raise ValueError("prefix: 1-10 lowercase letters/digits (interface names are short)")

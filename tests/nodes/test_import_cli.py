@@ -236,6 +236,7 @@ def test_a_frozen_server_does_not_stall_refresh_of_the_others(make_test_hosts, c
     assert code == 1 and elapsed < 6
     status = {n["name"]: (n["status"], n["blockers"]) for n in listed(capsys)}
     assert status[frozen.name][0] == "UNREACHABLE"
+    assert "no answer within 2s" in status[frozen.name][1][0]
     assert status[hosts[0].name] == ("AVAILABLE", []) and status[hosts[2].name] == ("AVAILABLE", [])
 
 
