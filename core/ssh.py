@@ -233,8 +233,10 @@ class Connection:
         if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
             return Unreachable(f"{where}: connection refused — no SSH server on port {self.port}",
                                "check the port in --endpoint HOST:PORT and that sshd runs")
+        # "No existing session": the handshake wait ran out before the server spoke
         if isinstance(exc, (socket.timeout, TimeoutError)) or \
-                isinstance(exc.__context__, (socket.timeout, TimeoutError)):
+                isinstance(exc.__context__, (socket.timeout, TimeoutError)) or \
+                "no existing session" in str(exc).lower():
             return Unreachable(f"{where}: no answer within {self.connect_timeout:g}s",
                                "check the address, that the server is up and that a "
                                "firewall lets SSH through")
