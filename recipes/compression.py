@@ -29,27 +29,34 @@ class BlockCodec:
 
     def payload_bytes(self, numel: int) -> int:
         blocks = math.ceil(numel / self.block)
-        return blocks * self.block * self.bits // 8 + blocks * 4
+        return self._code_bytes(numel) + blocks * 4
+
+    def _code_bytes(self, numel: int) -> int:
+        """Codes for the values only: the padding of the last block is not sent."""
+        return math.ceil(numel * self.bits / 8)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         blocks = _pad_to_blocks(x.detach().float().flatten(), self.block)
         absmax = blocks.abs().amax(dim=1, keepdim=True)
         top = FP8_MAX if self.bits == 8 else FP4_MAX
-        scales = torch.where(absmax > 0, absmax / top, torch.ones_like(absmax))
+        # clamp: a denormal absmax / top underflows to 0 and 0/0 would put NaN on the wire
+        scales = (absmax / top).clamp_min(torch.finfo(torch.float32).tiny)
         scaled = blocks / scales
         if self.bits == 8:
-            codes = scaled.to(torch.float8_e4m3fn).view(torch.uint8).flatten()
+            codes = scaled.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).view(torch.uint8).flatten()
         else:
             codes = _pack_nibbles(_fp4_codes(scaled.flatten()))
+        codes = codes[:self._code_bytes(x.numel())]
         return torch.cat([codes, scales.flatten().view(torch.uint8)])
 
     def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
         blocks = math.ceil(numel / self.block)
-        code_bytes = blocks * self.block * self.bits // 8
+        code_bytes = self._code_bytes(numel)
         codes, scale_bytes = payload[:code_bytes], payload[code_bytes:code_bytes + blocks * 4]
-        scales = scale_bytes.contiguous().view(torch.float32).view(blocks, 1)
+        codes = torch.cat([codes, codes.new_zeros(blocks * self.block * self.bits // 8 - code_bytes)])
+        scales = scale_bytes.clone().view(torch.float32).view(blocks, 1)
         if self.bits == 8:
-            values = codes.contiguous().view(torch.float8_e4m3fn).float()
+            values = codes.view(torch.float8_e4m3fn).float()
         else:
             values = _fp4_values(_unpack_nibbles(codes))
         return (values.view(blocks, self.block) * scales).flatten()[:numel]
