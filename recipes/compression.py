@@ -27,8 +27,9 @@ class BlockCodec:
     def __init__(self, bits: int, block: int = 128) -> None:
         if bits not in (8, 4, 1):
             raise ValueError(f"BlockCodec handles 8, 4 or 1 bits, not {bits}")
-        if block <= 0 or block % 8:
-            raise ValueError(f"block must be a positive multiple of 8, not {block}")
+        multiple = 8 if bits == 1 else 2  # whole bytes of codes per block
+        if block <= 0 or block % multiple:
+            raise ValueError(f"block must be a positive multiple of {multiple}, not {block}")
         self.bits, self.block = bits, block
 
     def payload_bytes(self, numel: int) -> int:

@@ -23,6 +23,14 @@ def test_block_codec_round_trip_error_is_bounded_per_block(bits, rel_bound):
     assert ((y - x).abs() <= bound + 1e-12).all()
 
 
+def test_one_bit_codec_sends_signs_scaled_by_mean_magnitude():
+    x = torch.tensor([3.0, -1.0, 2.0, -2.0, 0.5, -0.5, 1.0, -4.0])
+    codec = BlockCodec(1, 8)
+    payload = codec.encode(x)
+    assert payload.numel() == 1 + 4
+    assert torch.equal(codec.decode(payload, 8), torch.sign(x) * x.abs().mean())
+
+
 def test_fp4_represents_its_grid_exactly_and_packs_two_codes_per_byte():
     grid = torch.cat([FP4_VALUES, -FP4_VALUES[1:]])
     x = torch.cat([grid, torch.zeros(128 - grid.numel())])
@@ -33,7 +41,8 @@ def test_fp4_represents_its_grid_exactly_and_packs_two_codes_per_byte():
     assert torch.equal(codec.decode(payload, 128), x)
 
 
-@pytest.mark.parametrize("bits,numel,block", [(4, 1000, 128), (4, 128 * 7, 128), (8, 1000, 128), (4, 3, 2)])
+@pytest.mark.parametrize("bits,numel,block", [(4, 1000, 128), (4, 128 * 7, 128), (8, 1000, 128), (4, 3, 2),
+                                             (1, 1000, 128), (1, 13, 8)])
 def test_payload_sizes_are_exact(bits, numel, block):
     codec = BlockCodec(bits, block)
     blocks = math.ceil(numel / block)
@@ -43,7 +52,7 @@ def test_payload_sizes_are_exact(bits, numel, block):
         assert expected <= 1.02 * (numel / 2 + 4 * blocks) + 1
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("bits", [8, 4, 1])
 def test_denormal_and_zero_blocks_decode_finite(bits):
     """Regression: a block whose absmax is denormal made a zero scale and NaN on the wire."""
     x = torch.cat([torch.full((64,), 1e-40), torch.zeros(64), torch.tensor([1e-44] * 64)])
@@ -60,7 +69,7 @@ def test_fp8_saturates_nothing_because_scales_map_absmax_to_448():
     assert y.abs().max() == pytest.approx(1e6, rel=0.07)
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("bits", [8, 4, 1])
 def test_error_feedback_sums_to_the_input_over_steps(bits):
     torch.manual_seed(1)
     codec = BlockCodec(bits, 32)
