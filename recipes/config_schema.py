@@ -47,6 +47,8 @@ class DilocoConfig:
     """Values per quantisation scale; null takes the preset's value."""
     error_feedback: bool = True
     """Add what quantisation dropped this outer step to the next one."""
+    flush_bits: int = 0
+    """At the end of training, send the error-feedback residual once at these bits (0 = drop it)."""
     overlap: bool = False
     """Run the outer all-reduce during the next inner steps (one-outer-step-delayed update)."""
 

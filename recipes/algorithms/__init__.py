@@ -26,7 +26,8 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     else:
         exchange = QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback)
     algo = DiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=cfg.diloco.outer_lr,
-                  outer_momentum=cfg.diloco.outer_momentum, overlap=cfg.diloco.overlap)
+                  outer_momentum=cfg.diloco.outer_momentum, overlap=cfg.diloco.overlap,
+                  flush_bits=cfg.diloco.flush_bits)
     if comp.algorithm == "demo":
         algo.name = "demo"
         if cfg.demo.sign_step:
