@@ -39,6 +39,8 @@ async def workspace_detail(pilot) -> None:
     await on_screen(pilot, WorkspaceDetailScreen)
     view = pilot.app.screen.query_one(LogView)
     await until(pilot, lambda: view.ended and view.line_count == 64)
+    await until(pilot, lambda: view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y)
+    await until(pilot, lambda: pilot.app.screen.query_one("#bytes").points != [])
     await until(pilot, lambda: pilot.app.screen.query_one("#loss").points != [])
     await until(pilot, lambda: "COMPLETED" in str(pilot.app.screen.query_one("#status").render()))
 

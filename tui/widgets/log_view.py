@@ -54,6 +54,7 @@ class LogView(ScrollView, can_focus=True):
         self._width = 0
         self._styles: dict[str, Style] = {}
         self._moving = False  # True while we scroll (so it is not taken as the user's)
+        self._end_pending = False
 
     # ingesting ---------------------------------------------------------------
     @on(LogBatch)
@@ -119,6 +120,18 @@ class LogView(ScrollView, can_focus=True):
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         finally:
             self._moving = False
+        if not self._end_pending:  # again once the new size is laid out
+            self._end_pending = True
+            self.call_after_refresh(self._settle_end)
+
+    def _settle_end(self) -> None:
+        self._end_pending = False
+        if self.following and self.scroll_y < self.max_scroll_y:
+            self._moving = True
+            try:
+                self.scroll_end(animate=False, immediate=True, x_axis=False)
+            finally:
+                self._moving = False
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
