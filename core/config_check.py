@@ -41,9 +41,10 @@ def line_of(text: str, dotted: str) -> int | None:
 def _problem(error: FieldError, text: str) -> ConfigProblem:
     path = error.path
     inner = path[len("config."):] if path.startswith("config.") else ""
-    hint = f" — {error.hint}" if error.hint else ""
-    return ConfigProblem(path, f"expected {error.expected}, found {error.found}{hint}",
-                         line_of(text, inner) if inner else None)
+    said = f"expected {error.expected}, found {error.found}"
+    if error.hint and error.hint not in said:  # the recipe checker's own words, when it has more
+        said = error.hint if error.expected in error.hint else f"{said} — {error.hint}"
+    return ConfigProblem(path, said, line_of(text, inner) if inner else None)
 
 
 def check_config_text(text: str) -> list[ConfigProblem]:
