@@ -3,7 +3,7 @@
 Every host has its own address on a shared bridge (the bridge holds the subnet's first
 address, so this machine reaches all hosts), its own sshd with its own host key, and its
 own mount + UTS namespace: private tmpfs on /run, /var/lib/containerd, /etc/containerd,
-/etc/wireguard (so wireguard-go or containerd on one host never sees another's sockets),
+/etc/wireguard, /var/lib/rancher, /etc/rancher (so wireguard-go or containerd on one host never sees another's sockets),
 its own hostname and /etc/hosts. Needs root, `ip`, `unshare`, `sshd`, `ssh-keygen`.
 
     with make_hosts(3, prefix="gtn", subnet="10.201.0.0/24") as hosts:
@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Iterator
 
 BASE_DIR = Path("/tmp/geotrain-testhosts")
-PRIVATE_DIRS = ("/var/lib/containerd", "/etc/containerd", "/etc/wireguard")
+PRIVATE_DIRS = ("/var/lib/containerd", "/etc/containerd", "/etc/wireguard",
+                "/var/lib/rancher", "/etc/rancher")
 REQUIRED_TOOLS = ("ip", "unshare", "nsenter", "sshd", "ssh-keygen")
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -39,7 +40,7 @@ Port {port}
 ListenAddress {ip}
 HostKey {dir}/ssh_host_ed25519_key
 PidFile /run/sshd.pid
-AuthorizedKeysFile {dir}/authorized_keys
+AuthorizedKeysFile {dir}/authorized_keys_%u
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
@@ -70,6 +71,7 @@ class TestHost:
     dir: Path
     veth: str  # the bridge-side veth in the root namespace (for tc shaping)
     pid: int = 0  # sshd's pid, inside the host's namespaces
+    private_dirs: tuple[str, ...] = ()
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -93,6 +95,26 @@ class TestHost:
         if self._proc and self._proc.poll() is None:
             self._proc.terminate()
             self._proc.wait(timeout=10)
+
+    def restart_sshd(self) -> None:
+        """Start sshd again (fresh private mounts: /run and the daemon dirs start empty)."""
+        self.stop_sshd()
+        _start_sshd(self, self.private_dirs)
+        _wait_listening(self)
+
+    def regenerate_host_key(self) -> None:
+        """As if the server were reinstalled: a new host key, sshd restarted."""
+        key = self.dir / "ssh_host_ed25519_key"
+        for path in (key, key.with_suffix(".pub")):
+            path.unlink()
+        _keygen(key, self.name)
+        self.host_pubkey = " ".join(key.with_suffix(".pub").read_text().split()[:2])
+        self.restart_sshd()
+
+    def authorize_key(self, pubkey_path: str) -> None:
+        """Let root log in with one more key."""
+        with open(self.dir / "authorized_keys_root", "a") as out:
+            out.write(Path(pubkey_path).read_text())
 
 
 def skip_reason() -> str | None:
@@ -218,11 +240,12 @@ def create_hosts(n: int, prefix: str = "gtn", subnet: str = "10.201.0.0/24",
         hdir = root / name
         hdir.mkdir()
         _keygen(hdir / "ssh_host_ed25519_key", name)
-        shutil.copy(f"{user_key}.pub", hdir / "authorized_keys")
+        shutil.copy(f"{user_key}.pub", hdir / "authorized_keys_root")
         (hdir / "sshd_config").write_text(SSHD_CONFIG.format(port=port, ip=ip, dir=hdir, extra=sshd_extra))
         pub = " ".join((hdir / "ssh_host_ed25519_key.pub").read_text().split()[:2])
         host = TestHost(name=name, ip=ip, port=port, user="root", key_path=str(user_key),
-                        host_pubkey=pub, dir=hdir, veth=f"{prefix}{i}v")
+                        host_pubkey=pub, dir=hdir, veth=f"{prefix}{i}v",
+                        private_dirs=private_dirs)
         _make_netns(name, host.veth, f"{prefix}br", ip, gateway, net.prefixlen)
         _start_sshd(host, private_dirs)
         hosts.append(host)

@@ -40,11 +40,12 @@ class Backend(abc.ABC):
         """What deploy would launch; contacts nothing and changes nothing."""
 
     @abc.abstractmethod
-    def deploy(self, workspace_id: str, spec: WorkspaceSpec, secrets: dict[str, str]) -> str:
+    def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
         """Start the workspace; returns its run directory or resource name.
 
-        `secrets` maps env var names (WANDB_API_KEY, HF_TOKEN) to values; the backend
-        must pass them only through the environment or a Kubernetes Secret.
+        `secret_refs` maps env var names (WANDB_API_KEY, HF_TOKEN) to references in
+        core.secrets.SecretStore; the backend resolves them itself and passes the values
+        only through the workers' environment or a Kubernetes Secret.
         """
 
     @abc.abstractmethod

@@ -1,18 +1,71 @@
-"""`geotrain nodes …`: the node pool."""
+"""`geotrain nodes …`: the node pool — import servers over SSH, list, show, refresh, remove."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
+from core.cli import prompts
 from core.cli.output import dump_json, table
-from core.nodes import list_nodes
-from core.store import Store
+from core.errors import InvalidInput
+from core.models import Node
+from core.node_import_file import read_import_file
+from core.node_pool import ImportRequest, NodePool, Prompts
+from core.ssh import parse_endpoint, ssh_config_host
 
 
 def register(groups) -> None:
-    p = groups["nodes"].add_parser("list", help="list the nodes in the pool")
+    nodes = groups["nodes"]
+    p = nodes.add_parser("list", help="list the nodes in the pool")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_list)
+
+    p = nodes.add_parser("show", help="everything known about one node")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_show)
+
+    p = nodes.add_parser("import-ssh", help="import one server over SSH")
+    p.add_argument("--name", required=True, help="node name (lowercase letters, digits, dashes)")
+    p.add_argument("--endpoint", required=True, metavar="HOST[:PORT]")
+    p.add_argument("--username", required=True)
+    p.add_argument("--ssh-key-path", metavar="PATH", help="private key (default: the SSH agent)")
+    _common_import_args(p)
+    p.set_defaults(handler=cmd_import_ssh)
+
+    p = nodes.add_parser("import", help="import several servers at once (all or none)")
+    p.add_argument("file", nargs="?", help="YAML or CSV file listing the servers")
+    p.add_argument("--from-ssh-config", nargs="+", metavar="ALIAS", help="Host aliases of ~/.ssh/config")
+    p.add_argument("--ssh-config", metavar="PATH", help="SSH config file (default ~/.ssh/config)")
+    _common_import_args(p)
+    p.set_defaults(handler=cmd_import)
+
+    p = nodes.add_parser("refresh", help="gather facts again (all nodes when none named)")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_refresh)
+
+    p = nodes.add_parser("remove", help="remove a node from the pool (the server is untouched)")
+    p.add_argument("name")
+    p.set_defaults(handler=cmd_remove)
+
+
+def _common_import_args(p) -> None:
+    p.add_argument("--jump", metavar="[USER@]HOST[:PORT]", help="reach the server through this host")
+    p.add_argument("--datacenter", metavar="DC", help="datacenter or region label")
+    p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
+                   help="host key fingerprint to trust without asking (repeatable)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _pool(args) -> NodePool:
+    for fp in getattr(args, "trust_host_key", []):
+        if not re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", fp):
+            raise InvalidInput(f"--trust-host-key {fp!r} is not a SHA256 fingerprint",
+                               "copy it as shown, e.g. SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s")
+    return NodePool(prompts=Prompts(confirm_host_key=prompts.confirm_host_key,
+                                    ask_passphrase=prompts.ask_passphrase,
+                                    trusted=set(getattr(args, "trust_host_key", []))))
 
 
 def _gpus(facts: dict) -> str:
@@ -20,16 +73,111 @@ def _gpus(facts: dict) -> str:
     return f"{len(gpus)}× {gpus[0].get('name', '?')}" if gpus else "-"
 
 
-def cmd_list(args) -> int:
-    nodes = list_nodes(Store())
-    if args.json:
+def _print_nodes(nodes: list[Node], as_json: bool) -> None:
+    if as_json:
         dump_json([dataclasses.asdict(n) for n in nodes])
-        return 0
-    if not nodes:
+        return
+    table(["name", "endpoint", "datacenter", "status", "gpus", "cpu", "mem", "cluster"],
+          [[n.name, f"{n.username}@{n.host}:{n.port}", n.datacenter or "-", n.status, _gpus(n.facts),
+            n.facts.get("cpu", {}).get("cores", "-"),
+            f"{n.facts['memory']['total_mb'] / 1024:.0f}G" if n.facts.get("memory") else "-",
+            n.cluster or "-"] for n in nodes])
+    for n in nodes:
+        for reason in n.blockers:
+            print(f"  {n.name}: {reason}")
+
+
+def cmd_list(args) -> int:
+    nodes = NodePool().list()
+    if not nodes and not args.json:
         print("No nodes yet. Import one with `geotrain nodes import-ssh --name N --endpoint HOST "
               "--username U --ssh-key-path KEY`; the built-in `local` cluster needs none.")
         return 0
-    table(["name", "endpoint", "datacenter", "status", "gpus", "cluster"],
-          [[n.name, f"{n.username}@{n.host}:{n.port}", n.datacenter or "-", n.status,
-            _gpus(n.facts), n.cluster or "-"] for n in nodes])
+    _print_nodes(nodes, args.json)
+    return 0
+
+
+def cmd_show(args) -> int:
+    node = NodePool().show(args.name)
+    if args.json:
+        dump_json(dataclasses.asdict(node))
+        return 0
+    f = node.facts
+    system, cpu, mem, disk = (f.get(k, {}) for k in ("system", "cpu", "memory", "disk"))
+    rows = [
+        ("name", node.name), ("endpoint", f"{node.username}@{node.host}:{node.port}"),
+        ("jump", node.jump or "-"), ("key", node.key_path or "SSH agent"),
+        ("datacenter", node.datacenter or "-"), ("status", node.status), ("cluster", node.cluster or "-"),
+        ("os", f"{system.get('os_name', '?')} ({system.get('system', '?')} {system.get('kernel', '')}, "
+               f"{system.get('arch', '?')})"),
+        ("cpu", f"{cpu.get('model', '?')}, {cpu.get('cores', '?')} cores"),
+        ("memory", f"{mem.get('total_mb', 0) / 1024:.1f} GiB"),
+        ("disk /", f"{disk.get('free_gb', '?')} GiB free of {disk.get('total_gb', '?')}"),
+        ("gpus", ", ".join(f"#{g['index']} {g['name']} {g.get('memory_mb') or '?'} MiB (driver "
+                           f"{g.get('driver') or '?'})" for g in f.get("gpus", [])) or "none"),
+        ("docker", "engine installed" if f.get("docker", {}).get("engine") else
+         ("CLI only" if f.get("docker", {}).get("cli") else "no")),
+        ("containerd", f.get("containerd", {}).get("version") or "no"),
+        ("wireguard", "yes" if f.get("wireguard", {}).get("tools") else "no"),
+        ("k3s", f.get("k3s", {}).get("version") or ("yes" if f.get("k3s", {}).get("installed") else "no")),
+        ("sudo", "root" if f.get("sudo", {}).get("root") else
+         ("passwordless" if f.get("sudo", {}).get("passwordless") else "needs a password / none")),
+        ("udp 51820", "free" if f.get("udp_51820", {}).get("free", True) else "in use"),
+        ("public ip", f.get("public_ip") or "unknown"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key.ljust(width)}  {value}")
+    for reason in node.blockers:
+        print(f"{'blocker'.ljust(width)}  {reason}")
+    return 0
+
+
+def cmd_import_ssh(args) -> int:
+    user, host, port = parse_endpoint(args.endpoint, args.username)
+    request = ImportRequest(name=args.name, host=host, port=port, username=user or args.username,
+                            key_path=args.ssh_key_path, jump=args.jump, datacenter=args.datacenter)
+    _print_nodes(_pool(args).import_nodes([request]), args.json)
+    return 0
+
+
+def _requests_from_ssh_config(args) -> list[ImportRequest]:
+    requests = []
+    for alias in args.from_ssh_config:
+        entry = ssh_config_host(alias, args.ssh_config)
+        if not entry["user"]:
+            raise InvalidInput(f"~/.ssh/config Host {alias} has no User",
+                               f"add `User NAME` under `Host {alias}`")
+        requests.append(ImportRequest(
+            name=re.sub(r"[^a-z0-9-]", "-", alias.lower()).strip("-")[:32], host=entry["hostname"],
+            port=entry["port"], username=entry["user"], key_path=entry["key_path"],
+            jump=args.jump or entry["jump"], datacenter=args.datacenter,
+            source=f"ssh config Host {alias}"))
+    return requests
+
+
+def cmd_import(args) -> int:
+    if bool(args.file) == bool(args.from_ssh_config):
+        raise InvalidInput("give either an import FILE or --from-ssh-config ALIAS…",
+                           "e.g. `geotrain nodes import servers.yaml`")
+    if args.file:
+        requests = read_import_file(args.file)
+        for req in requests:
+            req.jump = req.jump or args.jump
+            req.datacenter = req.datacenter or args.datacenter
+    else:
+        requests = _requests_from_ssh_config(args)
+    _print_nodes(_pool(args).import_nodes(requests), args.json)
+    return 0
+
+
+def cmd_refresh(args) -> int:
+    nodes = _pool(args).refresh(args.names or None)
+    _print_nodes(nodes, args.json)
+    return 1 if any(n.status == "UNREACHABLE" for n in nodes) else 0
+
+
+def cmd_remove(args) -> int:
+    node = NodePool().remove(args.name)
+    print(f"removed node {node.name} from the pool (the server itself was not changed)")
     return 0

@@ -1,0 +1,138 @@
+"""Supervisor of one local workspace: runs torchrun, splits its output per worker,
+and records its own pid and torchrun's exit code in the run directory.
+
+Started detached (its own session, re-parented to init) so that the workspace
+outlives the app or CLI that launched it, and any later process can read its state.
+
+    python -m core.backends.local_supervisor RUN_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from core.secrets import SecretStore
+
+RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:(.*)$")
+MARKER = "GEOTRAIN_WORKSPACE"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def workspace_processes(workspace_id: str, exclude: int | None = None) -> list[psutil.Process]:
+    """Every live process launched for the workspace (found by its environment marker)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in (os.getpid(), exclude):
+            continue
+        try:
+            if proc.environ().get(MARKER) == workspace_id and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def kill_all(processes: list[psutil.Process], grace: float) -> None:
+    for proc in processes:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+class Demux:
+    """Writes torchrun's `[defaultN]:line` output to logs/worker-N.log, the rest to launcher.log."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.files: dict[str, object] = {}
+
+    def _file(self, name: str):
+        if name not in self.files:
+            self.files[name] = open(self.log_dir / f"{name}.log", "a", buffering=1)
+        return self.files[name]
+
+    def line(self, text: str) -> None:
+        match = RANK_PREFIX.match(text)
+        if match:
+            self._file(f"worker-{match.group(1)}").write(match.group(2) + "\n")
+        else:
+            self._file("launcher").write(text + "\n")
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+
+
+def run(run_dir: Path) -> int:
+    launch = json.loads((run_dir / "launch.json").read_text())
+    env = dict(os.environ)
+    env.update(launch["env"])
+    store = SecretStore(Path(launch["secrets_path"]))
+    for var, ref in launch.get("secret_refs", {}).items():
+        value = store.get(ref)
+        if value:
+            env[var] = value
+    write_atomic(run_dir / "supervisor.pid", str(os.getpid()))
+    demux = Demux(run_dir / "logs")
+    child = subprocess.Popen(launch["argv"], cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             errors="replace")
+
+    def stop(signum, _frame):
+        kill_all([psutil.Process(child.pid)] + workspace_processes(launch["workspace_id"]), 10)
+        write_atomic(run_dir / "exit_code", str(128 + signum))
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    assert child.stdout is not None
+    for raw in child.stdout:
+        demux.line(raw.rstrip("\n"))
+    code = child.wait()
+    demux.close()
+    write_atomic(run_dir / "exit_code", str(code))
+    return code
+
+
+def daemonize() -> None:
+    """Fork away from the launching process so init, not it, reaps us."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+
+
+def main(argv: list[str]) -> int:
+    run_dir = Path(argv[-1]).resolve()
+    if "--daemonize" in argv:
+        daemonize()
+    try:
+        return run(run_dir)
+    except Exception as exc:  # a supervisor crash must still leave an exit code behind
+        (run_dir / "logs" / "launcher.log").open("a").write(f"supervisor error: {exc}\n")
+        write_atomic(run_dir / "exit_code", "70")
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""`geotrain workspaces deploy|list|show|logs|delete`."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+from core.cli.output import dump_json, table
+from core.errors import InvalidInput
+from core.models import TEMPLATES
+from core.workspaces import DeployRequest, WorkspaceService, read_config_file, spec_yaml
+
+
+def register(groups) -> None:
+    sub = groups["workspaces"]
+    p = sub.add_parser("deploy", help="deploy a workspace (default: 2-worker tiny gpt-neo on local)")
+    p.add_argument("template", choices=TEMPLATES)
+    p.add_argument("--cluster", default="local")
+    p.add_argument("--model", help="gpt-neo, gpt-neo-x, gcn, resnet50, resnet101, wav2vec2")
+    p.add_argument("--size", help="tiny, or a real size of the model")
+    p.add_argument("--gradient-compression", dest="preset", metavar="PRESET",
+                   help="none, low, medium, high, ultra")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--image", help="container image (Kubernetes clusters)")
+    p.add_argument("--wandb-token", help="W&B API key (or WANDB_API_KEY; offline without)")
+    p.add_argument("--hf-token", help="Hugging Face token (or HF_TOKEN)")
+    p.add_argument("--ask-tokens", action="store_true", help="prompt for tokens, hidden")
+    p.add_argument("--config", metavar="FILE", help="a workspace spec or detailed config (YAML)")
+    p.add_argument("--edit", action="store_true", help="edit the full spec in $EDITOR first")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a detailed-config key, e.g. optim.lr=3e-4 (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print what would run; change nothing")
+    p.add_argument("--json", action="store_true", help="print the new workspace as JSON")
+    p.set_defaults(handler=cmd_deploy)
+
+    p = sub.add_parser("list", help="list workspaces on all clusters")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_list)
+    p = sub.add_parser("show", help="status, workers, spec and history of a workspace")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_show)
+    p = sub.add_parser("logs", help="print a workspace's logs, labelled by worker")
+    p.add_argument("id")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
+    p.set_defaults(handler=cmd_logs)
+    p = sub.add_parser("delete", help="stop a workspace and remove its files")
+    p.add_argument("id")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler=cmd_delete)
+
+
+def _tokens(args) -> dict[str, str | None]:
+    tokens = {"wandb": args.wandb_token or os.environ.get("WANDB_API_KEY"),
+              "hf": args.hf_token or os.environ.get("HF_TOKEN")}
+    if args.ask_tokens:
+        for name, label in (("wandb", "W&B API key"), ("hf", "Hugging Face token")):
+            if not tokens[name]:
+                tokens[name] = getpass.getpass(f"{label} (empty to skip): ").strip() or None
+    for name, value in tokens.items():
+        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+            raise InvalidInput(f"the {name} token is empty or contains whitespace",
+                               "paste the token exactly as shown by the provider")
+    return tokens
+
+
+def _edit(text: str) -> str:
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        handle.write(text)
+        name = handle.name
+    try:
+        if subprocess.call(shlex.split(editor) + [name]) != 0:
+            raise InvalidInput(f"the editor {editor!r} exited with an error", "nothing was deployed")
+        with open(name) as handle:
+            return handle.read()
+    finally:
+        os.unlink(name)
+
+
+def cmd_deploy(args) -> int:
+    service = WorkspaceService()
+    req = DeployRequest(cluster=args.cluster, model=args.model, size=args.size, preset=args.preset,
+                        workers=args.workers, steps=args.steps, image=args.image,
+                        sets=tuple(args.sets))
+    if args.config:
+        req.config_text = read_config_file(args.config)
+        req.config_source = args.config
+    spec = service.build_spec(req)
+    if args.edit:
+        edited = _edit(spec_yaml(spec))
+        spec = service.build_spec(DeployRequest(cluster=args.cluster, config_text=edited,
+                                                config_source="the edited spec"))
+    tokens = _tokens(args)
+    if args.dry_run:
+        workspace_id, plan = service.plan(spec)
+        print(plan.description.rstrip())
+        for name, value in tokens.items():
+            print(f"# {name} token: {'set (passed through the environment, not shown)' if value else 'not set'}")
+        print("# resolved config:")
+        print(plan.config_yaml.rstrip())
+        return 0
+    ws = service.deploy(spec, tokens)
+    if args.json:
+        dump_json({"id": ws.id, "cluster": ws.cluster, "status": ws.status, "run_dir": ws.run_dir})
+    else:
+        print(f"Deployed {ws.id} on {ws.cluster}: {spec.workers}× {spec.model}/{spec.size}, "
+              f"preset {spec.preset}, {spec.steps} steps.")
+        print(f"Follow it with `geotrain workspaces logs {ws.id} --follow`.")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def cmd_list(args) -> int:
+    workspaces = WorkspaceService().list()
+    if args.json:
+        dump_json([{"id": w.id, "cluster": w.cluster, "model": w.spec.model, "size": w.spec.size,
+                    "preset": w.spec.preset, "workers": w.spec.workers, "status": w.status,
+                    "created_at": w.created_at, "last_loss": w.last_loss} for w in workspaces])
+        return 0
+    if not workspaces:
+        print("No workspaces. Try `geotrain workspaces deploy distributed-training --cluster local`.")
+        return 0
+    now = time.time()
+    table(["id", "cluster", "model", "preset", "workers", "status", "age", "last loss"],
+          [[w.id, w.cluster, f"{w.spec.model}/{w.spec.size}", w.spec.preset, w.spec.workers,
+            w.status, _age(now - w.created_at),
+            "-" if w.last_loss is None else f"{w.last_loss:.4f}"] for w in workspaces])
+    return 0
+
+
+def cmd_show(args) -> int:
+    service = WorkspaceService()
+    ws = service.get(args.id)
+    state = service.status(args.id)
+    data = {"id": ws.id, "cluster": ws.cluster, "status": state.status, "reason": state.reason,
+            "workers": [w.__dict__ for w in state.workers], "last_loss": ws.last_loss,
+            "run_dir": ws.run_dir, "history": service.events(ws.id), "spec": ws.spec.to_dict()}
+    if args.json:
+        dump_json(data)
+        return 0
+    print(f"{ws.id}  {state.status}{'  (' + state.reason + ')' if state.reason else ''}")
+    for worker in state.workers:
+        print(f"  {worker.name}: {worker.status} {worker.detail}".rstrip())
+    for event in data["history"]:
+        print(f"  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(event['at']))} {event['kind']}")
+    print(spec_yaml(ws.spec).rstrip())
+    return 0
+
+
+def cmd_logs(args) -> int:
+    for worker, line in WorkspaceService().logs(args.id, follow=args.follow):
+        print(f"[{worker}] {line}", flush=True)
+    return 0
+
+
+def cmd_delete(args) -> int:
+    service = WorkspaceService()
+    print(service.what_will_be_lost(args.id))
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise InvalidInput("refusing to delete without confirmation", "pass --yes")
+        if input("Delete? [y/N] ").strip().lower() != "y":
+            print("Cancelled; nothing was deleted.")
+            return 1
+    service.delete(args.id)
+    print(f"Deleted {args.id}.")
+    return 0

@@ -1,0 +1,17 @@
+"""WireGuard: tools, a kernel module or wireguard-go, and interfaces already up."""
+
+from __future__ import annotations
+
+COMMAND = ("command -v wg >/dev/null 2>&1 && echo tools; "
+           "command -v wireguard-go >/dev/null 2>&1 && echo wireguard-go; "
+           "[ -d /sys/module/wireguard ] && echo module-loaded; "
+           "modinfo wireguard >/dev/null 2>&1 && echo module-available; "
+           "for s in /var/run/wireguard/*.sock; do [ -S \"$s\" ] && echo \"iface $(basename \"$s\" .sock)\"; done; "
+           "ip -o link show type wireguard 2>/dev/null | awk -F': ' '{print \"iface \" $2}'; true")
+
+
+def parse(output: str) -> dict:
+    lines = {ln.strip() for ln in output.splitlines() if ln.strip()}
+    return {"tools": "tools" in lines, "wireguard_go": "wireguard-go" in lines,
+            "kernel_module": bool(lines & {"module-loaded", "module-available"}),
+            "interfaces": sorted({ln.split()[1] for ln in lines if ln.startswith("iface ")})}

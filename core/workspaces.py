@@ -1,0 +1,221 @@
+"""Workspaces: build and validate a spec, deploy it on its cluster's backend, follow
+it, delete it. The one service behind both the CLI and the app."""
+
+from __future__ import annotations
+
+import json
+import secrets as pysecrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from core import recipe_catalog
+from core.backends import backend_for
+from core.backends.base import Backend, LaunchPlan, WorkspaceState
+from core.clusters import get_cluster
+from core.errors import FieldError, InvalidInput, NotFound
+from core.models import Status, Workspace, WorkspaceSpec, parse_yaml
+from core.secrets import SecretStore
+from core.store import Store
+
+TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN"}
+DEFAULTS = {"model": "gpt-neo", "size": "tiny", "preset": "medium", "workers": 2, "steps": 200}
+
+
+@dataclass
+class DeployRequest:
+    """What a user chose; None means "default, or what the --config file says"."""
+
+    cluster: str = "local"
+    model: str | None = None
+    size: str | None = None
+    preset: str | None = None
+    workers: int | None = None
+    steps: int | None = None
+    image: str | None = None
+    config_text: str | None = None
+    config_source: str = "--config"
+    sets: tuple[str, ...] = ()
+
+
+class WorkspaceService:
+    def __init__(self, store: Store | None = None, secrets: SecretStore | None = None) -> None:
+        self.store = store or Store()
+        self.secrets = secrets or SecretStore()
+
+    # building a spec --------------------------------------------------------
+    def build_spec(self, req: DeployRequest) -> WorkspaceSpec:
+        """Defaults < --config file < flags < --set; validated in full."""
+        get_cluster(self.store, req.cluster)
+        base: dict[str, Any] = {}
+        if req.config_text is not None:
+            base = self._from_file(req.config_text, req.config_source)
+        chosen = {k: getattr(req, k) for k in DEFAULTS if getattr(req, k) is not None}
+        fields = {**DEFAULTS, **{k: v for k, v in base.items() if k in DEFAULTS}, **chosen}
+        for name in ("workers", "steps"):
+            if isinstance(fields[name], int) and fields[name] < 1:
+                raise InvalidInput(f"--{name} must be 1 or more, got {fields[name]}",
+                                   f"pass --{name} 1 or more")
+        recipe_catalog.check_choice("model", fields["model"], list(recipe_catalog.models()), "--model")
+        recipe_catalog.check_choice("preset", fields["preset"], list(recipe_catalog.presets()),
+                                    "--gradient-compression")
+        config = base.get("config") or recipe_catalog.default_config(fields["model"], fields["size"])
+        config.update(model=fields["model"], size=fields["size"],
+                      gradient_compression=fields["preset"], steps=fields["steps"])
+        for item in req.sets:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise InvalidInput(f"--set {item!r} is not key=value", "write e.g. --set optim.lr=3e-4")
+            recipe_catalog.set_path(config, key.strip(), value.strip())
+        spec = WorkspaceSpec.from_dict({**{k: v for k, v in base.items() if k not in DEFAULTS},
+                                        **fields, "cluster": req.cluster, "config": config,
+                                        **({"image": req.image} if req.image else {})})
+        self.validate_config(spec)
+        return spec
+
+    def _from_file(self, text: str, source: str) -> dict[str, Any]:
+        """A --config file is either a whole workspace spec or just the detailed config."""
+        data = parse_yaml(text, source)
+        if not isinstance(data, dict):
+            raise FieldError(source, "a YAML mapping", type(data).__name__)
+        if "config" in data and "workers" in data:
+            return dict(WorkspaceSpec.from_dict({**DEFAULTS, "cluster": "local", **data}).to_dict())
+        base = {k: data[k] for k in ("model", "size", "steps") if k in data}
+        if "gradient_compression" in data:
+            base["preset"] = data["gradient_compression"]
+        return {**base, "config": data}
+
+    def validate_config(self, spec: WorkspaceSpec) -> None:
+        errors = recipe_catalog.config_errors(spec.config)
+        if errors:
+            first = errors[0]
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise FieldError(first.path, first.expected, first.found,
+                             (first.hint or "fix the value") + more)
+
+    # lifecycle --------------------------------------------------------------
+    def backend(self, cluster_name: str) -> Backend:
+        return backend_for(get_cluster(self.store, cluster_name))
+
+    def new_id(self, spec: WorkspaceSpec) -> str:
+        return f"{spec.model}-{pysecrets.token_hex(3)}"
+
+    def plan(self, spec: WorkspaceSpec) -> tuple[str, LaunchPlan]:
+        workspace_id = self.new_id(spec)
+        return workspace_id, self.backend(spec.cluster).plan(workspace_id, spec)
+
+    def deploy(self, spec: WorkspaceSpec, tokens: dict[str, str | None]) -> Workspace:
+        """Store tokens (0600), record the workspace, start it. Nothing stays on failure."""
+        backend = self.backend(spec.cluster)
+        workspace_id = self.new_id(spec)
+        refs: dict[str, str] = {}
+        for name, value in tokens.items():
+            if value:
+                refs[name] = self.secrets.put(f"{workspace_id}/{name}", value)
+        spec.tokens = refs
+        now = time.time()
+        with self.store.write() as conn:
+            conn.execute("INSERT INTO workspaces(id, cluster, spec, status, created_at, updated_at)"
+                         " VALUES (?, ?, ?, ?, ?, ?)",
+                         (workspace_id, spec.cluster, json.dumps(spec.to_dict()),
+                          Status.PENDING.value, now, now))
+        try:
+            run_dir = backend.deploy(workspace_id, spec, {TOKEN_ENV[k]: r for k, r in refs.items()})
+        except BaseException:
+            self._forget(workspace_id)
+            raise
+        with self.store.write() as conn:
+            conn.execute("UPDATE workspaces SET run_dir=? WHERE id=?", (run_dir, workspace_id))
+        self.record_event(workspace_id, "deployed", {"workers": spec.workers})
+        return self.get(workspace_id)
+
+    def _forget(self, workspace_id: str) -> None:
+        with self.store.write() as conn:
+            conn.execute("DELETE FROM workspaces WHERE id=?", (workspace_id,))
+            conn.execute("DELETE FROM workspace_events WHERE workspace=?", (workspace_id,))
+        self.secrets.delete_prefix(f"{workspace_id}/")
+
+    def record_event(self, workspace_id: str, kind: str, detail: dict) -> None:
+        with self.store.write() as conn:
+            conn.execute("INSERT INTO workspace_events(workspace, at, kind, detail) VALUES (?,?,?,?)",
+                         (workspace_id, time.time(), kind, json.dumps(detail)))
+
+    def events(self, workspace_id: str) -> list[dict]:
+        with self.store.read() as conn:
+            rows = conn.execute("SELECT at, kind, detail FROM workspace_events WHERE workspace=?"
+                                " ORDER BY at", (workspace_id,)).fetchall()
+        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["detail"])} for r in rows]
+
+    def _row(self, row) -> Workspace:
+        return Workspace(id=row["id"], spec=WorkspaceSpec(**json.loads(row["spec"])),
+                         status=row["status"], created_at=row["created_at"],
+                         updated_at=row["updated_at"], run_dir=row["run_dir"],
+                         last_loss=row["last_loss"])
+
+    def get(self, workspace_id: str) -> Workspace:
+        with self.store.read() as conn:
+            row = conn.execute("SELECT * FROM workspaces WHERE id=?", (workspace_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no workspace with id {workspace_id!r}", "see `geotrain workspaces list`")
+        return self._row(row)
+
+    def list(self, refresh: bool = True) -> list[Workspace]:
+        with self.store.read() as conn:
+            rows = conn.execute("SELECT * FROM workspaces ORDER BY created_at").fetchall()
+        workspaces = [self._row(r) for r in rows]
+        if refresh:
+            for ws in workspaces:
+                if not Status(ws.status).terminal:
+                    self.refresh(ws)
+        return workspaces
+
+    def refresh(self, ws: Workspace) -> WorkspaceState:
+        """Ask the backend for the live status and remember it (and the last loss)."""
+        backend = self.backend(ws.cluster)
+        state = backend.status(ws.id)
+        rows = backend.metrics(ws.id)
+        loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), ws.last_loss)
+        if state.status != ws.status or loss != ws.last_loss:
+            with self.store.write() as conn:
+                conn.execute("UPDATE workspaces SET status=?, last_loss=?, updated_at=? WHERE id=?",
+                             (state.status, loss, time.time(), ws.id))
+            ws.status, ws.last_loss = state.status, loss
+        return state
+
+    def status(self, workspace_id: str) -> WorkspaceState:
+        return self.refresh(self.get(workspace_id))
+
+    def logs(self, workspace_id: str, follow: bool = False) -> Iterator[tuple[str, str]]:
+        ws = self.get(workspace_id)
+        yield from self.backend(ws.cluster).logs(workspace_id, follow)
+
+    def metrics(self, workspace_id: str) -> list[dict]:
+        ws = self.get(workspace_id)
+        return self.backend(ws.cluster).metrics(workspace_id)
+
+    def what_will_be_lost(self, workspace_id: str) -> str:
+        ws = self.get(workspace_id)
+        where = f" in {ws.run_dir}" if ws.run_dir else ""
+        return (f"Deleting {ws.id} stops its {ws.spec.workers} workers on {ws.cluster} and removes"
+                f" its logs, metrics and checkpoints{where}. Workspace storage is ephemeral:"
+                " this cannot be undone.")
+
+    def delete(self, workspace_id: str) -> None:
+        ws = self.get(workspace_id)
+        self.backend(ws.cluster).delete(workspace_id)
+        self._forget(workspace_id)
+
+
+def read_config_file(path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read --config {path}: {exc.strerror}",
+                           "pass the path of a YAML file") from None
+
+
+def spec_yaml(spec: WorkspaceSpec) -> str:
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False)

@@ -1,0 +1,99 @@
+"""Bad input: one line saying what is wrong and what to do, exit 2, state unchanged."""
+
+import sqlite3
+
+import pytest
+
+from core.cli import main
+from core.store import Store
+
+
+def _state(home):
+    Store()
+    conn = sqlite3.connect(home / "state.sqlite3")
+    rows = conn.execute("SELECT * FROM workspaces").fetchall()
+    files = sorted(p.name for p in (home / "workspaces").glob("*")) if (home / "workspaces").exists() else []
+    return rows, files
+
+
+def _deploy(*extra):
+    return ["workspaces", "deploy", "distributed-training", "--cluster", "local", *extra]
+
+
+CASES = {
+    "unknown model": (_deploy("--model", "gpt-5"), "unknown model 'gpt-5'", "--model"),
+    "unknown size": (_deploy("--size", "galactic"), "unknown size", "--size"),
+    "unknown preset": (_deploy("--gradient-compression", "extreme"), "unknown preset", "none"),
+    "zero workers": (_deploy("--workers", "0"), "--workers must be 1 or more", "--workers"),
+    "negative workers": (_deploy("--workers", "-3"), "--workers must be 1 or more", "--workers"),
+    "zero steps": (_deploy("--steps", "0"), "--steps must be 1 or more", "--steps"),
+    "non-numeric workers": (_deploy("--workers", "two"), "invalid int value", "--help"),
+    "unknown --set key": (_deploy("--set", "nonexistent.key=3"), "no config key 'nonexistent.key'", "keys under"),
+    "--set without =": (_deploy("--set", "steps"), "is not key=value", "--set"),
+    "unknown cluster": (_deploy("--cluster", "mars"), "no cluster named 'mars'", "local"),
+    "unknown id for logs": (["workspaces", "logs", "gpt-neo-000000"], "no workspace with id", "list"),
+    "unknown id for delete": (["workspaces", "delete", "nope", "--yes"], "no workspace with id", "list"),
+    "unknown id for show": (["workspaces", "show", "nope"], "no workspace with id", "list"),
+    "missing config file": (_deploy("--config", "/nonexistent.yaml"), "cannot read --config", "YAML"),
+    "token with spaces": (_deploy("--wandb-token", "a b c", "--dry-run"), "whitespace", "paste"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_clear_line_and_changes_nothing(name, geotrain_home, capsys):
+    argv, message, hint = CASES[name]
+    before = _state(geotrain_home)
+    with pytest.raises(SystemExit) if name == "non-numeric workers" else _no_exit():
+        code = main(argv)
+        assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert message in err and hint in err, err
+    assert _state(geotrain_home) == before
+
+
+def test_malformed_yaml_config_names_the_line(geotrain_home, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: gpt-neo\nsteps: [1, 2\n")
+    before = _state(geotrain_home)
+    assert main(_deploy("--config", str(bad))) == 2
+    err = capsys.readouterr().err.strip()
+    assert "malformed YAML at line" in err and "fix the YAML" in err
+    assert _state(geotrain_home) == before
+
+
+def test_config_field_of_wrong_type_gives_its_path(geotrain_home, tmp_path, capsys):
+    from core.recipe_catalog import default_config
+
+    import yaml
+
+    config = default_config("gpt-neo", "tiny")
+    config["steps"] = "many"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    before = _state(geotrain_home)
+    assert main(_deploy("--config", str(path))) == 2
+    err = capsys.readouterr().err.strip()
+    assert "steps" in err and "many" in err, err
+    assert _state(geotrain_home) == before
+
+
+def test_spec_file_with_wrong_type_for_a_nested_config_field(geotrain_home, tmp_path, capsys):
+    from core.recipe_catalog import default_config
+
+    import yaml
+
+    config = default_config("gpt-neo", "tiny")
+    nested = next(k for k, v in config.items() if isinstance(v, dict) and v)
+    leaf = next(iter(config[nested]))
+    assert main(_deploy("--set", f"{nested}.{leaf}=[not, a, scalar]")) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"config.{nested}.{leaf}" in err, err
+
+
+class _no_exit:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,28 @@
+"""The layering rules: core is headless; nothing imports recipes."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_core_imports_without_textual_or_recipes():
+    code = ("import sys, core.cli, core.workspaces, core.backends.local, core.store;"
+            "core.cli.build_parser();"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'recipes', 'tui')];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_source_file_imports_across_the_layers():
+    offenders = []
+    for path in list((ROOT / "core").rglob("*.py")) + list((ROOT / "tui").rglob("*.py")):
+        for line in path.read_text().splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("import recipes", "from recipes")):
+                offenders.append(f"{path}: {stripped}")
+            if path.is_relative_to(ROOT / "core") and stripped.startswith(("import textual", "from textual")):
+                offenders.append(f"{path}: {stripped}")
+    assert offenders == []
