@@ -7,12 +7,15 @@ through --container-runtime-endpoint. NVIDIA nodes get the nvidia runtime as def
 
 from __future__ import annotations
 
+import hashlib
+
 from core.bootstrap import host_facts, packages, services
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
 
 CONFIG_PATH = "/etc/containerd/config.toml"
+BACKUP_PATH = "/etc/containerd/config.toml.before-geotrain"
 SOCKET = "/run/containerd/containerd.sock"
 K3S_CNI_BIN = "/var/lib/rancher/k3s/data/current/bin"
 K3S_CNI_CONF = "/var/lib/rancher/k3s/agent/etc/cni/net.d"
@@ -76,7 +79,14 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
     facts = host_facts.gather(target)
     text = render_config(facts.get("systemd", False), facts.get("nvidia_gpus", False))
-    changed = target.ensure_file(CONFIG_PATH, text, mode=0o644)
+    current = target.fact(f"file:{CONFIG_PATH}", file_state(CONFIG_PATH))
+    have = current.stdout.split()[:1]
+    want = hashlib.sha256(text.encode()).hexdigest()
+    if have not in ([], ["nodir"], [want]) and not target.session.dry_run:
+        # keep the owner's own config once, so `clusters delete` can put it back
+        target.session.change(f"grep -q '^# Written by geotrain' {CONFIG_PATH} ||"
+                              f" cp -n {CONFIG_PATH} {BACKUP_PATH}", what="backing up the config")
+    changed = target.session.ensure_file(CONFIG_PATH, text, mode=0o644, current=current)
     target.facts["containerd_config_changed"] = changed
     return "config written" if changed else "config up to date"
 

@@ -18,7 +18,7 @@ from core import paths
 from core.bootstrap import load_steps
 from core.bootstrap.plan import (ClusterPlan, DeployContext, K3sOptions, NodeSpec, NodeTarget,
                                  ProgressEvent, VolcanoOptions, assign_mesh_ips, parse_subnet)
-from core.bootstrap.runner import DeploySummary, run_steps
+from core.bootstrap.runner import DeploySummary, Step, run_steps
 from core.bootstrap.session import CommandLog, NodeSession, Shell
 from core.clusters import get_cluster, save_cluster
 from core.errors import InvalidInput, NotFound
@@ -181,15 +181,20 @@ def measured_pairs(store: Store, cluster: str) -> set[tuple[str, str]]:
 
 def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = False,
            shell_factory: ShellFactory | None = None, store: Store | None = None,
-           on_event: Callable[[ProgressEvent], None] | None = None) -> DeployResult:
-    """Run the steps (all, or `only`) on every node of `plan` and record the outcome."""
+           on_event: Callable[[ProgressEvent], None] | None = None,
+           steps: list[Step] | None = None, record: bool = True) -> DeployResult:
+    """Run the steps (all, or `only`; or the given `steps`) on every node of `plan`.
+
+    With `record`, the outcome goes to the state store (teardown records its own).
+    """
     store = store or Store()
-    steps = load_steps(only, plan.vpn)
+    steps = steps if steps is not None else load_steps(only, plan.vpn)
+    record = record and not dry_run
     vault = SecretStore()
     token = vault.get(token_ref(plan.name))
     if token is None:
         token = random_secrets.token_hex(32)
-        if not dry_run:
+        if record:
             vault.put(token_ref(plan.name), token)
     log = CommandLog()
     secret_values = [token]
@@ -198,7 +203,7 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
                         on_event=on_event)
     ctx.shared["measured"] = measured_pairs(store, plan.name)
     ctx.shared["remeasure"] = only == ["netmatrix"]
-    if not dry_run:
+    if record:
         _record_start(store, plan)
     try:
         summary = run_steps(ctx, steps)
@@ -208,6 +213,6 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
             close = getattr(target.session.shell, "close", None)
             if close:
                 close()
-    if not dry_run:
+    if record:
         _record_end(store, plan, ctx, summary)
     return DeployResult(summary, log, targets)

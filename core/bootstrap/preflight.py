@@ -38,8 +38,8 @@ def blockers(plan: ClusterPlan, target: NodeTarget, facts: dict) -> list[str]:
         for have_proto, have_port, process in facts.get("listen", []):
             if have_proto != proto or have_port != port or process in OWN_PROCESSES:
                 continue
-            if not process and own_wg and port == plan.listen_port:
-                continue  # kernel WireGuard: our interface owns the port
+            if not process and (port != plan.listen_port or own_wg):
+                continue  # a kernel socket: our WireGuard interface, or flannel's VXLAN
             found.append(f"{proto} port {port} ({what}) is taken by {process or 'the kernel'}: "
                          "free it or pick another node")
     return found
