@@ -63,7 +63,12 @@ def merge(cluster: str, target: Path | None = None, force: bool = False,
                            "pass --force to replace them (a backup is written first)")
     backup = None
     if path.exists():
-        backup = path.with_name(f"{path.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
+        stamp = time.strftime('%Y%m%d-%H%M%S')
+        backup = path.with_name(f"{path.name}.backup-{stamp}")
+        count = 1
+        while backup.exists():  # never replace an earlier backup
+            count += 1
+            backup = path.with_name(f"{path.name}.backup-{stamp}-{count}")
         shutil.copy2(path, backup)
     for section in SECTIONS:
         mine = ours.get(section) or []

@@ -1,0 +1,127 @@
+"""`geotrain clusters deploy|delete|add-node|remove-node|import-kubeconfig` from the outside."""
+
+from __future__ import annotations
+
+import yaml
+
+from core.bootstrap.kubeconfig import cluster_kubeconfig_path, rewrite, write_private
+from core.cli import main
+from core.clusters import list_clusters, save_cluster
+from core.models import Cluster, Node
+from core.nodes import add_nodes
+from core.store import Store
+
+K3S_YAML = """apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: Q0EK
+    server: https://127.0.0.1:6443
+  name: default
+contexts:
+- context: {cluster: default, user: default}
+  name: default
+current-context: default
+kind: Config
+preferences: {}
+users:
+- name: default
+  user: {client-certificate-data: Q0VSVAo=, client-key-data: S0VZCg==}
+"""
+
+
+def _nodes():
+    add_nodes(Store(), [Node(name=f"n{i}", host=f"198.51.100.{i + 1}", username="ubuntu")
+                        for i in range(3)])
+
+
+def test_dry_run_prints_every_command_per_node_and_changes_nothing(geotrain_home, capsys):
+    _nodes()
+    assert main(["clusters", "deploy", "c1", "--nodes", "n0,n1,n2", "--dry-run",
+                 "--only", "wireguard,k3s"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("== n") == 3 and "== n0 (server) ==" in out
+    assert "[wireguard] change: wireguard-go wg-geotrain" in out
+    assert "ip addr add 10.99.0.2/24 dev wg-geotrain" in out
+    assert "[k3s] put: put /etc/rancher/k3s/geotrain-token mode 600" in out
+    assert "(secret, not shown)" in out
+    assert [c.name for c in list_clusters(Store())] == ["local"]  # nothing recorded
+
+
+def test_bad_input_says_what_to_do(geotrain_home, capsys):
+    _nodes()
+    cases = [
+        (["clusters", "deploy", "c1", "--nodes", "n0,nope"], "no node named 'nope'"),
+        (["clusters", "deploy", "c1", "--nodes", "n0", "--subnet", "10.1.2.3/24"], "CIDR"),
+        (["clusters", "deploy", "c1", "--nodes", "n0", "--only", "k8s"], "unknown step 'k8s'"),
+        (["clusters", "deploy", "c1", "--nodes", "n0", "--endpoint", "n0"], "NODE=HOST[:PORT]"),
+        (["clusters", "deploy", "local", "--nodes", "n0"], "is a local cluster"),
+        (["clusters", "delete", "ghost"], "no cluster named 'ghost'"),
+        (["clusters", "import-kubeconfig", "ghost"], "no cluster named 'ghost'"),
+        (["clusters", "remove-node", "local", "n0"], "not in cluster 'local'"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert [c.name for c in list_clusters(Store())] == ["local"]
+
+
+def test_node_in_another_cluster_is_refused(geotrain_home, capsys):
+    _nodes()
+    store = Store()
+    save_cluster(store, Cluster(name="other", kind="geotrain"), create=True)
+    with store.write() as conn:
+        conn.execute("UPDATE nodes SET cluster='other' WHERE name='n1'")
+    assert main(["clusters", "deploy", "c1", "--nodes", "n0,n1", "--dry-run"]) == 2
+    assert "remove-node other n1" in capsys.readouterr().err
+
+
+def _stored_cluster(name: str) -> None:
+    path = cluster_kubeconfig_path(name)
+    write_private(path, rewrite(K3S_YAML, name, "https://198.51.100.1:6443"))
+    save_cluster(Store(), Cluster(name=name, kind="geotrain", kubeconfig_path=str(path)))
+
+
+def test_kubeconfig_is_rewritten_and_private(geotrain_home):
+    _stored_cluster("wan")
+    path = cluster_kubeconfig_path("wan")
+    data = yaml.safe_load(path.read_text())
+    assert data["clusters"][0] == {"cluster": {"certificate-authority-data": "Q0EK",
+                                               "server": "https://198.51.100.1:6443"},
+                                   "name": "wan"}
+    assert data["current-context"] == "wan" and data["users"][0]["name"] == "wan"
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_import_kubeconfig_merges_with_a_backup_and_never_overwrites(geotrain_home, tmp_path,
+                                                                      capsys):
+    _stored_cluster("wan")
+    target = tmp_path / "kube" / "config"
+    target.parent.mkdir()
+    mine = {"apiVersion": "v1", "kind": "Config", "current-context": "work",
+            "clusters": [{"name": "work", "cluster": {"server": "https://10.0.0.1"}}],
+            "users": [{"name": "work", "user": {"token": "abc"}}],
+            "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}}]}
+    target.write_text(yaml.safe_dump(mine))
+    assert main(["clusters", "import-kubeconfig", "wan", "--kubeconfig-path", str(target)]) == 0
+    assert "backup" in capsys.readouterr().out
+    merged = yaml.safe_load(target.read_text())
+    assert [c["name"] for c in merged["clusters"]] == ["work", "wan"]
+    assert merged["current-context"] == "work"
+    [backup] = list(target.parent.glob("config.backup-*"))
+    assert yaml.safe_load(backup.read_text()) == mine
+    # again: nothing to do
+    assert main(["clusters", "import-kubeconfig", "wan", "--kubeconfig-path", str(target)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    # a different `wan` already there: refused, file untouched, until --force
+    merged["clusters"][1]["cluster"]["server"] = "https://elsewhere:6443"
+    target.write_text(yaml.safe_dump(merged))
+    before = target.read_text()
+    assert main(["clusters", "import-kubeconfig", "wan", "--kubeconfig-path", str(target)]) == 2
+    assert "--force" in capsys.readouterr().err and target.read_text() == before
+    assert main(["clusters", "import-kubeconfig", "wan", "--kubeconfig-path", str(target),
+                 "--force"]) == 0
+    assert yaml.safe_load(target.read_text())["clusters"][1]["cluster"]["server"] == \
+        "https://198.51.100.1:6443"
+    backups = sorted(target.parent.glob("config.backup-*"))
+    assert len(backups) == 2 and yaml.safe_load(backups[0].read_text()) == mine
