@@ -27,7 +27,7 @@ NVIDIA_REPO = ("curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey"
                "keyrings/nvidia-container-toolkit-keyring.gpg] https://#g'"
                " > /etc/apt/sources.list.d/nvidia-container-toolkit.list")
 COMMANDS = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
-ANSWERS = f"ctr --address {SOCKET} version >/dev/null 2>&1"
+ANSWERS = f"test -S {SOCKET} && ctr --address {SOCKET} --timeout 2s version >/dev/null 2>&1"
 RUNTIMES = 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
 
 
@@ -93,11 +93,12 @@ def _configure(ctx: DeployContext, target: NodeTarget) -> str:
 
 def _run(ctx: DeployContext, target: NodeTarget) -> str:
     restart = target.facts.get("containerd_config_changed", False)
+    ready = services.Ready(ANSWERS, f"containerd to answer on {SOCKET}", timeout=60)
     changed = services.ensure_running(target, "containerd",
                                       ["containerd", "--config", CONFIG_PATH], "containerd",
-                                      restart=restart)
-    if changed or not target.fact("containerd:answer", ANSWERS).ok:
-        services.wait_until(target, ANSWERS, f"containerd to answer on {SOCKET}", timeout=60)
+                                      restart=restart, ready=ready)
+    if not changed and not target.fact("containerd:answer", ANSWERS).ok:
+        services.wait_until(target, ANSWERS, ready.what, timeout=ready.timeout)
     return "containerd (re)started and answering" if changed else "containerd running"
 
 

@@ -130,18 +130,21 @@ def _configure(ctx: DeployContext, target: NodeTarget) -> str:
     return "configuration written" if changed else "configuration up to date"
 
 
-def _start(target: NodeTarget, plan: ClusterPlan) -> bool:
+def _start(target: NodeTarget, plan: ClusterPlan, ready: services.Ready | None = None) -> bool:
     role = target.spec.role
     return services.ensure_running(target, unit_name(role), service_command(plan, role),
-                                   unit_name(role), restart=target.facts.get("k3s_changed", False))
+                                   unit_name(role), restart=target.facts.get("k3s_changed", False),
+                                   ready=ready)
 
 
 def _server(ctx: DeployContext, target: NodeTarget) -> str:
     plan = ctx.plan
-    started = _start(target, plan)
     url = f"https://{plan.address(target.spec)}:6443/readyz"
-    services.wait_until(target, f"{kubectl(plan)} get --raw=/readyz >/dev/null 2>&1",
-                        f"the Kubernetes API ({url})", timeout=plan.k3s.api_timeout, interval=2)
+    ready = services.Ready(f"{kubectl(plan)} get --raw=/readyz >/dev/null 2>&1",
+                           f"the Kubernetes API ({url})", plan.k3s.api_timeout, interval=2)
+    started = _start(target, plan, ready)
+    if not started:
+        services.wait_until(target, ready.probe, ready.what, ready.timeout, ready.interval)
     return "server started, API answering" if started else "server running, API answering"
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from core.bootstrap.plan import NodeTarget
 
-NETPROBE = "/run/geotrain/netprobe.py"
+RUN_DIR = "/run/geotrain"
+NETPROBE = f"{RUN_DIR}/netprobe.py"
 # The system Python, not a user's pyenv/conda shim that may sit first on PATH.
 PYTHON = "$(test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)"
 NETPROBE_RUN = f"{PYTHON} {NETPROBE}"

@@ -8,14 +8,14 @@ daemon it supervises; re-running the deploy starts it again).
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 from core.bootstrap.plan import NodeTarget
-from core.bootstrap.session import StepFailed, file_state
+from core.bootstrap.session import StepFailed
 
 RUN_DIR = "/run/geotrain"
-SUPERVISOR_PATH = f"{RUN_DIR}/supervise"
+# Run as `sh -c SUPERVISOR geotrain-supervise NAME CMD...`: no file to keep in sync.
 SUPERVISOR = """\
-#!/bin/sh
 # geotrain supervisor: runs "$@" and restarts it when it exits (no systemd here).
 name=$1; shift
 echo $$ > /run/geotrain/$name.pid
@@ -41,50 +41,75 @@ def state_probe(name: str, unit: str) -> str:
 
 
 def probe(name: str, unit: str) -> dict[str, str]:
-    return {f"svc:{name}": state_probe(name, unit), f"file:{SUPERVISOR_PATH}":
-            file_state(SUPERVISOR_PATH)}
+    return {f"svc:{name}": state_probe(name, unit)}
+
+
+@dataclass
+class Ready:
+    """How to tell a started daemon is up: a probe, what it shows, how long to wait."""
+
+    probe: str
+    what: str
+    timeout: float = 60.0
+    interval: float = 0.2
+
+
+def _wait_script(probe: str, timeout: float, interval: float) -> str:
+    seconds = max(1, int(timeout))
+    return f"timeout {seconds} sh -c {shlex.quote(f'until {probe}; do sleep {interval}; done')}"
+
+
+def _bounded(target: NodeTarget, ready: Ready) -> str:
+    return f"gave up after {max(1, int(ready.timeout))}s waiting for {ready.what} on {target.name}"
 
 
 def ensure_running(target: NodeTarget, name: str, command: list[str], unit: str,
-                   restart: bool = False) -> bool:
-    """Start `unit` (systemd) or supervise `command`; restart when asked. True if changed."""
-    session = target.session
+                   restart: bool = False, ready: Ready | None = None) -> bool:
+    """Start `unit` (systemd) or supervise `command`; restart when asked. True if changed.
+
+    A start and the bounded wait for `ready` go in one round trip.
+    """
     state = target.fact(f"svc:{name}", state_probe(name, unit)).stdout.split()
+    todo: list[tuple[str, str]] = []
     if target.facts.get("systemd"):
         enabled, active = (state + ["", ""])[:2]
-        changed = False
         if enabled != "enabled":
-            session.change(f"systemctl enable {unit}", what=f"enabling {unit}")
-            changed = True
+            todo.append((f"systemctl enable {unit}", f"enabling {unit}"))
         if restart or active != "active":
-            session.change(f"systemctl restart {unit}", what=f"starting {unit}")
-            changed = True
-        return changed
-    target.ensure_file(SUPERVISOR_PATH, SUPERVISOR, mode=0o755)
-    running = "running" in state
-    if running and not restart:
+            todo.append((f"systemctl restart {unit}", f"starting {unit}"))
+    else:
+        running = "running" in state
+        if running and restart:
+            todo.append((_stop_command(name), f"stopping {name}"))
+        if restart or not running:
+            argv = " ".join(shlex.quote(part) for part in command)
+            todo.append((f"mkdir -p {RUN_DIR} && setsid -f /bin/sh -c {shlex.quote(SUPERVISOR)}"
+                         f" geotrain-supervise {name} {argv} </dev/null >/dev/null 2>&1",
+                         f"starting {name}"))
+            target.session.dirs_made.add(RUN_DIR)
+    if not todo:
         return False
-    if running:
-        stop_supervised(target, name)
-    argv = " ".join(shlex.quote(part) for part in command)
-    session.change(f"setsid -f /bin/sh {SUPERVISOR_PATH} {name} {argv} </dev/null >/dev/null 2>&1",
-                   what=f"starting {name}")
+    if ready:
+        todo.append((_wait_script(ready.probe, ready.timeout, ready.interval), "waiting"))
+    try:
+        target.session.change_all(todo, timeout=(ready.timeout if ready else 0) + 120)
+    except StepFailed as exc:
+        if ready and getattr(exc, "index", None) == len(todo) - 1:
+            raise StepFailed(_bounded(target, ready)) from None
+        raise
     return True
 
 
-def stop_supervised(target: NodeTarget, name: str) -> None:
+def _stop_command(name: str) -> str:
     pidfile = f"{RUN_DIR}/{name}.pid"
-    target.session.change(
-        f"pid=$(cat {pidfile}); kill $pid; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 50 ];"
-        f" do sleep 0.1; i=$((i+1)); done; rm -f {pidfile}", what=f"stopping {name}")
+    return (f"pid=$(cat {pidfile}); kill $pid; i=0; while kill -0 $pid 2>/dev/null &&"
+            f" [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; rm -f {pidfile}")
 
 
 def wait_until(target: NodeTarget, probe: str, what: str, timeout: float,
                interval: float = 0.5) -> None:
     """Poll `probe` on the node until it succeeds; a bounded wait that names what failed."""
-    seconds = max(1, int(timeout))
-    script = f"until {probe}; do sleep {interval}; done"
-    result = target.session.fact(
-        f"timeout {seconds} sh -c {shlex.quote(script)}", timeout=seconds + 30)
+    ready = Ready(probe, what, timeout, interval)
+    result = target.session.fact(_wait_script(probe, timeout, interval), timeout=timeout + 30)
     if not result.ok and not target.session.dry_run:
-        raise StepFailed(f"gave up after {seconds}s waiting for {what} on {target.name}")
+        raise StepFailed(_bounded(target, ready))

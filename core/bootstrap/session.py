@@ -92,6 +92,7 @@ class NodeSession:
         self.dry_run = dry_run
         self.sudo = sudo
         self.step = "-"
+        self.dirs_made: set[str] = set()  # made by earlier changes (probed facts predate them)
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None
 
     def close(self) -> None:
@@ -167,23 +168,25 @@ class NodeSession:
 
         Each is recorded (and shown by a dry run) as its own command.
         """
-        if len(commands) == 1:
-            self.change(commands[0][0], timeout=timeout, what=commands[0][1])
-            return
-        for command, _ in commands:
-            self._record("change", command)
+        records = [self._record("change", command) for command, _ in commands]
         script = "".join(f"( {cmd} ) || {{ rc=$?; echo '@@failed {i}'; exit $rc; }}\n"
                          for i, (cmd, _) in enumerate(commands))
         if self.dry_run or not commands:
             return
+        started = time.monotonic()
         raw = self.shell.run(script, timeout=timeout, sudo=self.sudo)
+        records[0].seconds = time.monotonic() - started  # one round trip for all of them
+        for record in records:
+            record.exit_code = raw.exit_code
         if raw.exit_code != 0:
             failed = [line for line in raw.stdout.splitlines() if line.startswith("@@failed ")]
             index = int(failed[-1].split()[1]) if failed else len(commands) - 1
             lines = (raw.stderr or "").strip().splitlines()
             detail = redact(lines[-1] if lines else f"exit code {raw.exit_code}", self.secrets)
             self.note(f"  exit {raw.exit_code} at: {commands[index][0]}: {detail}")
-            raise StepFailed(f"{commands[index][1]} failed: {detail}")
+            failure = StepFailed(f"{commands[index][1]} failed: {detail}")
+            failure.index = index
+            raise failure
 
     def _record(self, kind: str, command: str) -> CommandRecord:
         record = CommandRecord(self.node, self.step, kind, redact(command, self.secrets),
@@ -222,8 +225,9 @@ class NodeSession:
         lines = have.stdout.split()
         if have.ok and len(lines) >= 3 and lines[0] == want and lines[2] == f"{mode:o}":
             return False
-        if "nodir" in lines or self.dry_run:
-            parent = shlex.quote(str(Path(path).parent))
-            self.change(f"mkdir -p {parent}", what=f"creating {Path(path).parent}")
+        parent = str(Path(path).parent)
+        if ("nodir" in lines or self.dry_run) and parent not in self.dirs_made:
+            self.change(f"mkdir -p {shlex.quote(parent)}", what=f"creating {parent}")
+            self.dirs_made.add(parent)
         self.put(path, content, mode=mode, secret=secret)
         return True

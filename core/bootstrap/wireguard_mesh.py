@@ -96,10 +96,12 @@ def _keys(ctx: DeployContext, target: NodeTarget) -> str:
     public = target.fact("wg:pub", READ_PUBLIC).stdout.strip()
     made = False
     if not public:  # the private key goes to a 0600 file; only the public key comes back
-        result = session.change(f"umask 077 && mkdir -p {KEY_DIR} && wg genkey > {KEY_PATH}.new"
+        result = session.change(f"umask 077 && mkdir -p {KEY_DIR} {paths_on_node.RUN_DIR}"
+                                f" && wg genkey > {KEY_PATH}.new"
                                 f" && mv {KEY_PATH}.new {KEY_PATH} && wg pubkey < {KEY_PATH}",
                                 what="generating the WireGuard key")
         public = result.stdout.strip() or f"<public key of {target.name}>"
+        session.dirs_made.add(paths_on_node.RUN_DIR)
         made = True
     target.state["wg_public_key"] = public
     with ctx.lock:
