@@ -23,7 +23,7 @@ from core.bootstrap.session import CommandLog, NodeSession, Shell
 from core.clusters import get_cluster, save_cluster
 from core.errors import InvalidInput, NotFound
 from core.models import Cluster, Node
-from core.nodes import get_node, update_node
+from core.nodes import get_node
 from core.secrets import SecretStore
 from core.store import Store, loads
 

@@ -19,7 +19,8 @@ import time
 from core.bootstrap.deploy import build_plan, deploy
 from core.store import Store
 from tests import testhosts
-from tests.bootstrap.cluster_hosts import MESH_SUBNET, PREFIX, SUBNET, ShellFactory, add_host_nodes
+from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, ShellFactory, add_host_nodes,
+                                           create)
 
 ONLY = ["preflight", "containerd", "wireguard"]
 
@@ -36,7 +37,7 @@ def _timed(store, name, names, hosts, subnet=None):
 
 def one_round() -> tuple[float, float, float, int]:
     os.environ["GEOTRAIN_HOME"] = tempfile.mkdtemp(prefix="geotrain-bench-")
-    hosts = testhosts.create_hosts(5, PREFIX, SUBNET)
+    hosts = create(5)
     try:
         store = Store()
         names = add_host_nodes(store, hosts)

@@ -10,7 +10,8 @@ from core.models import Node
 from core.nodes import add_nodes
 from core.secrets import SecretStore
 from core.store import Store
-from tests.bootstrap.cluster_hosts import MESH_SUBNET, PREFIX, SUBNET, ShellFactory, add_host_nodes
+from tests.bootstrap.cluster_hosts import (HOST_DIRS, MESH_SUBNET, PREFIX, SUBNET, ShellFactory,
+                                           add_host_nodes)
 
 HOSTS = ["198.51.100.10", "198.51.100.11", "203.0.113.12"]
 
@@ -114,7 +115,7 @@ esac
 
 
 def test_waits_are_bounded_and_say_what_they_waited_for(make_test_hosts, geotrain_home, tmp_path):
-    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
+    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET, private_dirs=HOST_DIRS)
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "k3s").write_text(STAND_IN)

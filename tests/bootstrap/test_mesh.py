@@ -15,8 +15,8 @@ from core.errors import NotFound
 from core.nodes import get_node
 from core.store import Store
 from tests import testhosts
-from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, SUBNET, ShellFactory,
-                                           add_host_nodes, mesh_ping, peers_of)
+from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, ShellFactory, add_host_nodes,
+                                           create, mesh_ping, peers_of)
 
 ONLY = ["preflight", "containerd", "wireguard", "netmatrix"]
 MESH = ["10.203.0.1", "10.203.0.2", "10.203.0.3"]
@@ -29,7 +29,7 @@ def cluster(tmp_path_factory):
         pytest.skip(reason)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GEOTRAIN_HOME", str(tmp_path_factory.mktemp("home")))
-        hosts = testhosts.create_hosts(3, PREFIX, SUBNET)
+        hosts = create(3)
         try:
             store = Store()
             names = add_host_nodes(store, hosts)
