@@ -125,23 +125,29 @@ def desired_peers(ctx: DeployContext, target: NodeTarget) -> dict[str, Peer]:
     return peers
 
 
-def peer_changes(have: dict[str, Peer], want: dict[str, Peer]) -> list[str]:
-    """`wg set` arguments for peers to add, update or remove (empty when all match).
+def peer_changes(have: dict[str, Peer], want: dict[str, Peer]) -> tuple[list[str], list[str]]:
+    """`wg set` arguments for peers to add, update or remove (empty when all match), and
+    the new peers whose keepalive is to be turned on after the mesh is verified.
 
-    A peer whose endpoint roamed (NAT) but has a handshake is left alone.
+    A new peer starts without keepalive: a keepalive is sent at once, and a handshake
+    that reaches a node not yet knowing us is retried only after 5 s. A peer whose
+    endpoint roamed (NAT) but has a handshake is left alone.
     """
-    args = []
+    args, pending = [], []
     for key, peer in want.items():
         old = have.get(key)
         if old and old.allowed_ips == peer.allowed_ips and old.keepalive == peer.keepalive \
                 and (old.endpoint == peer.endpoint or old.handshake):
             continue
+        keepalive = peer.keepalive if old else 0
+        if not old:
+            pending.append(key)
         args += ["peer", key, "endpoint", peer.endpoint, "allowed-ips", peer.allowed_ips,
-                 "persistent-keepalive", str(peer.keepalive)]
+                 "persistent-keepalive", str(keepalive)]
     for key in have:
         if key not in want:
             args += ["peer", key, "remove"]
-    return args
+    return args, pending
 
 
 def _interface(ctx: DeployContext, target: NodeTarget) -> str:
@@ -164,7 +170,8 @@ def _interface(ctx: DeployContext, target: NodeTarget) -> str:
                      f"setting the mesh address {address}"))
     if not state.up or state.mtu != plan.mtu:
         todo.append((f"ip link set dev {iface} mtu {plan.mtu} up", f"bringing {iface} up"))
-    args = peer_changes(state.peers or {}, desired_peers(ctx, target))
+    args, pending = peer_changes(state.peers or {}, desired_peers(ctx, target))
+    target.facts["wg_keepalive_pending"] = pending
     if args:
         todo.append((f"wg set {iface} " + " ".join(shlex.quote(a) for a in args),
                      f"{args.count('peer')} peer change(s)"))
@@ -181,7 +188,7 @@ def _verify(ctx: DeployContext, target: NodeTarget) -> str:
     if not others:
         return "no peers to verify"
     quick = target.probed.pop("wg:verify", None)
-    if quick is not None and quick.ok and not target.facts.get("wg_changed"):
+    if quick is not None and quick.ok and not target.facts.get("wg_changed"):  # a no-op re-run
         return f"pinged {len(others)} peer(s) over the mesh"
     probe = paths_on_node.ensure_netprobe(target)
     result = target.session.fact(
@@ -189,12 +196,20 @@ def _verify(ctx: DeployContext, target: NodeTarget) -> str:
         timeout=ctx.plan.mesh_timeout + 30)
     failed = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("fail")]
     if ctx.dry_run:
+        keys = target.facts.get("wg_keepalive_pending") or []
+        args = " ".join(f"peer {key} persistent-keepalive {KEEPALIVE}" for key in keys)
+        target.session.change(f"wg set {ctx.plan.interface} {args}", what="turning on keepalives")
         return "verify skipped (dry run)"
     if failed or not result.ok:
         names = [t.name for t in ctx.shared["wg_live"] if t.spec.mesh_ip in failed]
         raise StepFailed(f"no answer over the mesh from {', '.join(names) or 'peers'} within "
                          f"{ctx.plan.mesh_timeout:g}s (check UDP {ctx.plan.listen_port} is open"
                          " between the nodes, or set an endpoint for NAT)")
+    pending = target.facts.get("wg_keepalive_pending") or []
+    if pending:
+        args = " ".join(f"peer {key} persistent-keepalive {KEEPALIVE}" for key in pending)
+        target.session.change(f"wg set {ctx.plan.interface} {args}",
+                              what="turning on keepalives")
     return f"pinged {len(others)} peer(s) over the mesh"
 
 

@@ -40,16 +40,19 @@ def test_parse_interface_missing():
 def test_peer_changes_only_for_what_differs():
     want = {KEY_A: Peer(KEY_A, "1.2.3.4:51820", "10.0.0.1/32", keepalive=25),
             KEY_B: Peer(KEY_B, "1.2.3.5:51820", "10.0.0.2/32", keepalive=25)}
-    assert peer_changes(dict(want), want) == []
+    assert peer_changes(dict(want), want) == ([], [])
     # a roamed endpoint (NAT) with a handshake is left alone; without one it is set again
     roamed = {**want, KEY_A: Peer(KEY_A, "9.9.9.9:4000", "10.0.0.1/32", 1000, 25)}
-    assert peer_changes(roamed, want) == []
+    assert peer_changes(roamed, want) == ([], [])
     stale = {**want, KEY_A: Peer(KEY_A, "9.9.9.9:4000", "10.0.0.1/32", 0, 25)}
-    assert peer_changes(stale, want)[:2] == ["peer", KEY_A]
+    args, pending = peer_changes(stale, want)
+    assert args[:2] == ["peer", KEY_A] and args[-1] == "25" and pending == []
     extra = {**want, KEY_C: Peer(KEY_C, "1.2.3.6:51820", "10.0.0.3/32", 5, 25)}
-    assert peer_changes(extra, want) == ["peer", KEY_C, "remove"]
-    args = peer_changes({}, want)
-    assert args.count("peer") == 2 and "persistent-keepalive" in args
+    assert peer_changes(extra, want) == (["peer", KEY_C, "remove"], [])
+    # new peers start without keepalive; it is turned on once the mesh answers
+    args, pending = peer_changes({}, want)
+    assert args.count("peer") == 2 and args.count("persistent-keepalive") == 2
+    assert args[args.index("persistent-keepalive") + 1] == "0" and pending == [KEY_A, KEY_B]
 
 
 def test_host_facts_and_blockers_from_recorded_output():
