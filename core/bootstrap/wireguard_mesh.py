@@ -20,6 +20,8 @@ from core.bootstrap.session import StepFailed, file_state
 KEY_DIR = "/etc/wireguard"
 KEY_PATH = f"{KEY_DIR}/geotrain.key"
 KEEPALIVE = 25
+# A handshake this recent proves the peer answered (keepalives renew it every ~2 min).
+HANDSHAKE_FRESH = 180
 READ_PUBLIC = f"test -s {KEY_PATH} && wg pubkey < {KEY_PATH}"
 
 
@@ -41,6 +43,7 @@ class InterfaceState:
     public_key: str = ""
     listen_port: int = 0
     peers: dict[str, Peer] | None = None
+    now: int = 0  # the node's clock, to age handshakes
 
 
 def interface_command(interface: str) -> str:
@@ -49,7 +52,7 @@ def interface_command(interface: str) -> str:
             f"echo @addr; ip -o -4 addr show dev {i} 2>/dev/null | awk '{{print $4}}'; "
             f"echo @pub; wg show {i} public-key 2>/dev/null; "
             f"echo @port; wg show {i} listen-port 2>/dev/null; "
-            f"echo @peers; wg show {i} dump 2>/dev/null | tail -n +2")
+            f"echo @peers; wg show {i} dump 2>/dev/null | tail -n +2; echo @now; date +%s")
 
 
 def parse_interface(output: str) -> InterfaceState:
@@ -73,6 +76,8 @@ def parse_interface(output: str) -> InterfaceState:
     state.public_key = (sections.get("pub") or [""])[0]
     port = (sections.get("port") or ["0"])[0]
     state.listen_port = int(port) if port.isdigit() else 0
+    now = (sections.get("now") or ["0"])[0]
+    state.now = int(now) if now.isdigit() else 0
     for line in sections.get("peers", []):
         cols = line.split("\t")
         if len(cols) >= 8:
@@ -175,6 +180,9 @@ def _interface(ctx: DeployContext, target: NodeTarget) -> str:
     if args:
         todo.append((f"wg set {iface} " + " ".join(shlex.quote(a) for a in args),
                      f"{args.count('peer')} peer change(s)"))
+    target.facts["wg_fresh_handshakes"] = {
+        key for key, peer in (state.peers or {}).items()
+        if peer.handshake and state.now - peer.handshake < HANDSHAKE_FRESH}
     if todo:
         session.change_all(todo)
     target.facts["wg_changed"] = bool(todo)
@@ -183,13 +191,18 @@ def _interface(ctx: DeployContext, target: NodeTarget) -> str:
 
 
 def _verify(ctx: DeployContext, target: NodeTarget) -> str:
-    """Ping every other live member over the mesh; pings start the handshakes."""
+    """Ping every other live member over the mesh (pings start the handshakes).
+
+    On a re-run that changed nothing, fresh handshakes with every live peer suffice.
+    """
     others = [t.spec.mesh_ip for t in ctx.shared["wg_live"] if t.name != target.name]
     if not others:
         return "no peers to verify"
-    quick = target.probed.pop("wg:verify", None)
-    if quick is not None and quick.ok and not target.facts.get("wg_changed"):  # a no-op re-run
-        return f"pinged {len(others)} peer(s) over the mesh"
+    fresh = target.facts.get("wg_fresh_handshakes", set())
+    live_keys = {ctx.shared.get("wg_keys", {}).get(t.name) for t in ctx.shared["wg_live"]
+                 if t.name != target.name}
+    if not target.facts.get("wg_changed") and live_keys <= fresh:  # a no-op re-run
+        return f"{len(others)} peer(s) answered within {HANDSHAKE_FRESH}s (keepalive {KEEPALIVE}s)"
     probe = paths_on_node.ensure_netprobe(target)
     result = target.session.fact(
         f"{probe} ping --timeout {ctx.plan.mesh_timeout:g} {' '.join(others)}",
@@ -218,17 +231,9 @@ def _live(ctx: DeployContext, alive: list[NodeTarget]) -> list[NodeTarget]:
     return alive
 
 
-def _quick_ping(ctx: DeployContext, target: NodeTarget) -> str:
-    """A fact: do all other members answer over the mesh right now (a no-op re-run's check)."""
-    others = " ".join(s.mesh_ip for s in ctx.plan.nodes if s.name != target.name)
-    return (f"test -f {paths_on_node.NETPROBE} && {paths_on_node.NETPROBE_RUN} ping --timeout 2"
-            f" {others}")
-
-
 def _probe(ctx: DeployContext, target: NodeTarget) -> dict[str, str]:
     return {"wg:missing": packages.missing_probe(["wg", "wireguard-go"]), "wg:pub": READ_PUBLIC,
             "wg:iface": interface_command(ctx.plan.interface),
-            "wg:verify": _quick_ping(ctx, target),
             f"file:{paths_on_node.NETPROBE}": file_state(paths_on_node.NETPROBE)}
 
 
