@@ -71,9 +71,6 @@ class ClusterPlan:
     def server(self) -> NodeSpec:
         return self.nodes[0]
 
-    def node(self, name: str) -> NodeSpec:
-        return next(n for n in self.nodes if n.name == name)
-
     def prefix_len(self) -> int:
         return ipaddress.ip_network(self.subnet).prefixlen
 
@@ -158,7 +155,6 @@ class DeployContext:
     on_event: Callable[[ProgressEvent], None] | None = None
     shared: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    store_results: Callable[[str, Any], None] | None = None  # e.g. netmatrix rows
 
     def emit(self, event: ProgressEvent) -> None:
         if self.on_event:

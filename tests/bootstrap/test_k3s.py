@@ -141,3 +141,26 @@ def test_waits_are_bounded_and_say_what_they_waited_for(make_test_hosts, geotrai
     assert any(p.name == f"{hosts[0].name}.log" for p in geotrain_home.rglob("*.log"))
     assert all(token not in text for text in texts)
     assert oct((geotrain_home / "secrets.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_kubeconfig_is_fetched_rewritten_and_stored(make_test_hosts, geotrain_home):
+    from core.bootstrap.kubeconfig import cluster_kubeconfig_path
+    from core.clusters import get_cluster
+    from tests.bootstrap.test_cli import K3S_YAML
+
+    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET, private_dirs=HOST_DIRS)
+    hosts[0].run(f"mkdir -p /run/geotrain/k3s && cat > /run/geotrain/k3s/k3s.yaml <<'EOF'\n"
+                 f"{K3S_YAML}EOF")
+    store = Store()
+    plan = build_plan(store, "kc", add_host_nodes(store, hosts), subnet=MESH_SUBNET)
+    plan.k3s.config_dir = "/run/geotrain/k3s"
+    result = deploy(plan, only=["kubeconfig"], shell_factory=ShellFactory(hosts), store=store)
+    assert result.summary.ok, result.summary.lines()
+    path = cluster_kubeconfig_path("kc")
+    assert get_cluster(store, "kc").kubeconfig_path == str(path)
+    data = yaml.safe_load(path.read_text())
+    assert data["clusters"][0]["cluster"]["server"] == f"https://{hosts[0].ip}:6443"
+    assert data["current-context"] == "kc" and path.stat().st_mode & 0o777 == 0o600
+    assert all("S0VZCg==" not in r.command for r in result.command_log.records)
+    log = next(geotrain_home.rglob(f"{hosts[0].name}.log")).read_text()
+    assert "S0VZCg==" not in log  # the client key is not logged
