@@ -97,8 +97,8 @@ class KeyRing:
                                "give the path of a private key (e.g. ~/.ssh/id_ed25519)")
         try:
             return paramiko.PKey.from_path(path)
-        except paramiko.PasswordRequiredException:
-            pass
+        except (paramiko.PasswordRequiredException, TypeError):
+            pass  # encrypted (paramiko raises TypeError for OpenSSH-format keys)
         except (paramiko.SSHException, ValueError, OSError) as exc:
             raise InvalidInput(f"cannot read SSH key {path}: {exc}",
                                "give the private key file, not the .pub") from None
@@ -108,9 +108,9 @@ class KeyRing:
                              f"run in a terminal to type it, or `ssh-add {path}` and "
                              "leave out --ssh-key-path to use the SSH agent")
         try:
-            return paramiko.PKey.from_path(path, passphrase=passphrase)
-        except (paramiko.SSHException, ValueError) as exc:
-            raise AuthFailed(f"cannot unlock SSH key {path}: wrong passphrase ({exc})",
+            return paramiko.PKey.from_path(path, password=passphrase.encode())
+        except (paramiko.SSHException, ValueError, TypeError):
+            raise AuthFailed(f"cannot unlock SSH key {path}: wrong passphrase",
                              "type the key's passphrase again") from None
 
 

@@ -1,18 +1,10 @@
-"""Shared fixtures: a temp GEOTRAIN_HOME, and real sshd test hosts (root only)."""
+"""Shared fixture: real sshd test hosts in network namespaces (root only)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests import testhosts
-
-
-@pytest.fixture
-def geotrain_home(tmp_path, monkeypatch):
-    """An empty state directory for one test."""
-    home = tmp_path / "geotrain-home"
-    monkeypatch.setenv("GEOTRAIN_HOME", str(home))
-    return home
 
 
 @pytest.fixture

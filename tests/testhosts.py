@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.server
 import ipaddress
 import os
 import re
@@ -23,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -72,6 +74,7 @@ class TestHost:
     veth: str  # the bridge-side veth in the root namespace (for tc shaping)
     pid: int = 0  # sshd's pid, inside the host's namespaces
     private_dirs: tuple[str, ...] = ()
+    plain_bashrc: bool = False  # hide this machine's /root/.bashrc from logins
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -187,6 +190,9 @@ def _make_netns(name: str, veth: str, bridge: str, ip: str, gateway: str, plen: 
 def _start_sshd(host: TestHost, private_dirs: tuple[str, ...]) -> None:
     (host.dir / "hosts").write_text(f"127.0.0.1\tlocalhost {host.name}\n{host.ip}\t{host.name}\n")
     mounts = "".join(f"mount -t tmpfs tmpfs {d}; " for d in private_dirs)
+    if host.plain_bashrc and Path("/root/.bashrc").is_file():
+        (host.dir / "bashrc").write_text("# a fresh server's root: nothing slow at login\n")
+        mounts += f"mount --bind {host.dir}/bashrc /root/.bashrc; "
     script = (f"mount -t tmpfs tmpfs /run && mkdir -p /run/sshd && {mounts}"
               f"mount --bind {host.dir}/hosts /etc/hosts; hostname {host.name}; "
               f"exec {SSHD} -D -f {host.dir}/sshd_config -E {host.dir}/sshd.log")
@@ -215,10 +221,12 @@ def _wait_listening(host: TestHost, timeout: float = 15) -> None:
 
 def create_hosts(n: int, prefix: str = "gtn", subnet: str = "10.201.0.0/24",
                  sshd_extra: str = "", private_dirs: tuple[str, ...] = PRIVATE_DIRS,
-                 port: int = 22) -> list[TestHost]:
+                 port: int = 22, plain_bashrc: bool = False) -> list[TestHost]:
     """Make `n` hosts named `{prefix}0…`; first removes leftovers of the same prefix.
 
-    `sshd_extra` is appended to each sshd_config (e.g. a `ForceCommand`). Call
+    `sshd_extra` is appended to each sshd_config (e.g. a `ForceCommand`).
+    `plain_bashrc` hides this machine's /root/.bashrc (here it runs `pyenv init`,
+    ~0.3 s of CPU per SSH command) so logins cost what they cost on a fresh server. Call
     `teardown(prefix)` when done, or use `make_hosts`, which always does.
     """
     if len(prefix) > 10 or not re.fullmatch(r"[a-z][a-z0-9]*", prefix):
@@ -245,7 +253,7 @@ def create_hosts(n: int, prefix: str = "gtn", subnet: str = "10.201.0.0/24",
         pub = " ".join((hdir / "ssh_host_ed25519_key.pub").read_text().split()[:2])
         host = TestHost(name=name, ip=ip, port=port, user="root", key_path=str(user_key),
                         host_pubkey=pub, dir=hdir, veth=f"{prefix}{i}v",
-                        private_dirs=private_dirs)
+                        private_dirs=private_dirs, plain_bashrc=plain_bashrc)
         _make_netns(name, host.veth, f"{prefix}br", ip, gateway, net.prefixlen)
         _start_sshd(host, private_dirs)
         hosts.append(host)
@@ -262,3 +270,24 @@ def make_hosts(n: int, prefix: str = "gtn", subnet: str = "10.201.0.0/24",
         yield create_hosts(n, prefix, subnet, **kwargs)
     finally:
         teardown(prefix)
+
+
+class _CallerAddress(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = self.client_address[0].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def start_ip_echo(address: str) -> http.server.ThreadingHTTPServer:
+    """A stand-in for api.ipify.org on `address` (e.g. the bridge): answers with the
+    caller's address. Its URL: f"http://{address}:{server.server_port}/"; stop with
+    `server.shutdown(); server.server_close()`."""
+    server = http.server.ThreadingHTTPServer((address, 0), _CallerAddress)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

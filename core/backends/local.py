@@ -107,13 +107,14 @@ class LocalBackend(Backend):
         run_dir = self.run_dir(workspace_id)
         if not run_dir.exists():
             return WorkspaceState(Status.DELETED.value, "its files are gone")
-        workers = self._workers(run_dir)
         exit_file = run_dir / "exit_code"
         if exit_file.exists():
             code = int(exit_file.read_text() or 70)
+            workers = self._workers(run_dir, Status.COMPLETED.value if code == 0 else Status.FAILED.value)
             if code == 0:
                 return WorkspaceState(Status.COMPLETED.value, "", workers, 0)
             return WorkspaceState(Status.FAILED.value, self._failure_reason(run_dir, code), workers, code)
+        workers = self._workers(run_dir)
         if self._supervisor_alive(run_dir):
             started = any(w.status == "RUNNING" for w in workers)
             return WorkspaceState((Status.RUNNING if started else Status.PENDING).value, "", workers)
@@ -121,10 +122,11 @@ class LocalBackend(Backend):
             return WorkspaceState(Status.PENDING.value, "starting", workers)
         return WorkspaceState(Status.FAILED.value, "its supervisor process vanished", workers)
 
-    def _workers(self, run_dir: Path) -> list[WorkerState]:
+    def _workers(self, run_dir: Path, ended: str | None = None) -> list[WorkerState]:
         logs = sorted((run_dir / "logs").glob("worker-*.log"),
                       key=lambda p: int(p.stem.split("-")[1]))
-        return [WorkerState(p.stem, "RUNNING" if p.stat().st_size else "PENDING") for p in logs]
+        return [WorkerState(p.stem, ended or ("RUNNING" if p.stat().st_size else "PENDING"))
+                for p in logs]
 
     def _failure_reason(self, run_dir: Path, code: int) -> str:
         for name in ("launcher.log", "worker-0.log"):

@@ -42,6 +42,8 @@ def register(groups) -> None:
 
     p = nodes.add_parser("refresh", help="gather facts again (all nodes when none named)")
     p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="mark a server UNREACHABLE when it does not answer within this")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_refresh)
 
@@ -55,6 +57,8 @@ def _common_import_args(p) -> None:
     p.add_argument("--datacenter", metavar="DC", help="datacenter or region label")
     p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
                    help="host key fingerprint to trust without asking (repeatable)")
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="give up on a server that does not answer within this (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -65,7 +69,8 @@ def _pool(args) -> NodePool:
                                "copy it as shown, e.g. SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s")
     return NodePool(prompts=Prompts(confirm_host_key=prompts.confirm_host_key,
                                     ask_passphrase=prompts.ask_passphrase,
-                                    trusted=set(getattr(args, "trust_host_key", []))))
+                                    trusted=set(getattr(args, "trust_host_key", []))),
+                    connect_timeout=getattr(args, "connect_timeout", 10.0))
 
 
 def _gpus(facts: dict) -> str:

@@ -34,12 +34,15 @@ FAMILIES: dict[str, tuple[str, Callable[[str], object]]] = {
 
 def script(public_ip_urls: tuple[str, ...] = public_ip.DEFAULT_URLS) -> str:
     """The one script that gathers every fact; run with `sh -s`, fed on stdin."""
-    lines = ['gt_pub=$(mktemp 2>/dev/null || echo "/tmp/.geotrain-pub-$$")']
+    lines = []
     if public_ip_urls:
-        lines.append(f'( {public_ip.command(public_ip_urls)} ) >"$gt_pub" 2>/dev/null &')
+        lines += ['gt_pub=$(mktemp 2>/dev/null || echo "/tmp/.geotrain-pub-$$")',
+                  f'( {public_ip.command(public_ip_urls)} ) >"$gt_pub" 2>/dev/null &']
     for name, (command, _) in FAMILIES.items():
         lines.append(f"echo '{MARKER}{name}'; {{ {command} ; }} 2>/dev/null")
-    lines += ["wait", f"echo '{MARKER}public_ip'", 'cat "$gt_pub" 2>/dev/null; rm -f "$gt_pub"']
+    lines.append(f"echo '{MARKER}public_ip'")
+    if public_ip_urls:
+        lines += ["wait", 'cat "$gt_pub" 2>/dev/null; rm -f "$gt_pub"']
     return "\n".join(lines) + "\n"
 
 

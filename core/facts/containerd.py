@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-COMMAND = ("p=$(command -v containerd) && echo \"bin $p\" && containerd --version | head -n 1; "
-           "pgrep -x containerd >/dev/null 2>&1 && echo running; true")
+COMMAND = ("p=$(command -v containerd) && echo \"bin $p\" && containerd --version; "
+           "[ -S /run/containerd/containerd.sock ] && echo running; true")
 
 
 def parse(output: str) -> dict:
@@ -11,7 +11,7 @@ def parse(output: str) -> dict:
     version = None
     for line in lines:
         parts = line.split()
-        if parts[0] == "containerd" and len(parts) >= 3:
+        if parts[0] == "containerd" and len(parts) >= 3 and version is None:
             version = parts[2].lstrip("v")  # "containerd <repo> 1.6.20~ds1 <rev>"
     return {"installed": any(ln.startswith("bin ") for ln in lines), "version": version,
             "running": "running" in lines}

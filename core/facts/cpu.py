@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-COMMAND = "nproc; lscpu | grep -E '^Model name:'; grep -m1 -iE '^(model name|cpu model|Hardware)' /proc/cpuinfo"
+# ARM kernels put no model name in /proc/cpuinfo; only then is lscpu asked
+COMMAND = ("nproc; grep -m1 -iE '^(model name|cpu model)' /proc/cpuinfo || "
+           "lscpu | grep -E '^Model name:'")
 
 
 def parse(output: str) -> dict:

@@ -47,6 +47,7 @@ def test_deploy_watch_complete_delete_leaves_nothing(geotrain_home):
     assert any("loss" in line for worker, line in lines if worker == "worker-1")
     listed = {w.id: w for w in service.list()}
     assert listed[ws.id].status == "COMPLETED" and listed[ws.id].last_loss is not None
+    assert [w.status for w in state.workers] == ["COMPLETED", "COMPLETED"]
     run_dir = Path(ws.run_dir)
     assert (run_dir / "out" / "metrics.jsonl").exists()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core import facts
-from core.facts import cpu, disk, docker, gpus, public_ip, sudo, system, udp_port
+from core.facts import cpu, disk, docker, gpus, k3s, public_ip, sudo, system, udp_port
 from core.node_status import status_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -67,6 +67,8 @@ def test_host_with_docker_engine_is_blocked_and_has_eight_gpus():
     assert found["docker"]["engine"] and found["docker"]["cli"]
     assert found["containerd"] == {"installed": True, "version": "1.6.31", "running": True}
     assert found["udp_51820"]["free"]
+    assert found["wireguard"] == {"tools": False, "wireguard_go": False, "kernel_module": True,
+                                  "interfaces": ["wg0"]}
     status, reasons = status_for(found, None)
     assert status == "BLOCKED"
     assert len(reasons) == 1 and "Docker engine" in reasons[0] and "dockerd" in reasons[0]
@@ -108,6 +110,9 @@ def test_small_parsers_on_empty_or_odd_output():
     assert sudo.parse("bob\nno-sudo")["sudo"] == "no-sudo"
     assert udp_port.parse(" 7: 00000000:CA6D 00000000:0000 07")["free"]  # 51821, not 51820
     assert public_ip.parse("<html>rate limited</html>") is None
+    leftover = k3s.parse("data /var/lib/rancher/k3s")  # uninstalled: no binary, data kept
+    assert not leftover["installed"] and leftover["data_dir"]
+    assert k3s.parse("bin /usr/local/bin/k3s\nk3s version v1.30.2+k3s1 (faeaf1b0)")["version"] == "v1.30.2+k3s1"
     assert public_ip.parse("2001:db8::1\n") == "2001:db8::1"
 
 

@@ -1,0 +1,265 @@
+"""Workspaces on a Kubernetes cluster: one Volcano Job (+ Secret + ConfigMap) each.
+
+Everything is rendered and checked before the cluster is contacted, so bad input
+submits nothing; a failure half-way through deploy removes what it had created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
+from core.errors import BackendError, InvalidInput
+from core.k8s_names import job_name
+from core.kube_client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
+                              SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
+                              api_errors, check_volcano, load_api_client)
+from core.manifests import (WORKSPACE_ANNOTATION, config_map_name, manifests_yaml,
+                            render_manifests, secret_name, token_env_names)
+from core.models import Cluster, Status, WorkspaceSpec
+from core.node_inventory import NodeGroup, cluster_groups
+from core.secrets import SecretStore
+from core.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
+from core.volcano_admission import admission_errors
+
+METRICS_TAIL_LINES = 2000
+JOB_PHASES = {
+    "Pending": Status.PENDING, "Inqueue": Status.PENDING,
+    "Running": Status.RUNNING, "Restarting": Status.RUNNING, "Completing": Status.RUNNING,
+    "Aborting": Status.RUNNING, "Terminating": Status.RUNNING,
+    "Completed": Status.COMPLETED,
+    "Aborted": Status.FAILED, "Terminated": Status.FAILED, "Failed": Status.FAILED,
+}
+POD_PHASES = {"Pending": Status.PENDING, "Running": Status.RUNNING,
+              "Succeeded": Status.COMPLETED, "Failed": Status.FAILED}
+
+
+class KubernetesBackend(Backend):
+    """Runs workspaces as Volcano jobs in the cluster's namespace (default `default`)."""
+
+    def __init__(self, cluster: Cluster, log_poll_s: float = 1.0,
+                 log_read_timeout_s: float = 300.0) -> None:
+        self.cluster = cluster
+        self.namespace = cluster.config.get("namespace") or "default"
+        self.log_poll_s, self.log_read_timeout_s = log_poll_s, log_read_timeout_s
+        self._api: client.ApiClient | None = None
+
+    # helpers -------------------------------------------------------------------
+    @property
+    def api(self) -> client.ApiClient:
+        if self._api is None:
+            self._api = load_api_client(self.cluster)
+        return self._api
+
+    def _errors(self, action: str, volcano: bool = False):
+        return api_errors(self.cluster, action, self.namespace, volcano)
+
+    def _groups(self) -> list[NodeGroup]:
+        if self.cluster.config.get("node_groups") or not self.cluster.nodes:
+            return cluster_groups(self.cluster)
+        from core.nodes import get_node
+        from core.store import Store
+
+        store = Store()
+        return cluster_groups(self.cluster, [get_node(store, n) for n in self.cluster.nodes])
+
+    def _manifests(self, workspace_id: str, spec: WorkspaceSpec,
+                   tokens: dict[str, str]) -> list[dict[str, Any]]:
+        manifests = render_manifests(workspace_id, spec, self.cluster, self._groups(),
+                                     self.namespace, tokens)
+        problems = admission_errors(manifests[-1])
+        if problems:
+            raise BackendError(f"the rendered Volcano job would be refused: {problems[0]}",
+                               "this is a geotrain bug; please report it with the spec")
+        return manifests
+
+    # Backend -------------------------------------------------------------------
+    def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
+        tokens = {name: "<hidden>" for name in token_env_names(spec)}
+        manifests = self._manifests(workspace_id, spec, tokens)
+        head = (f"# Volcano job {job_name(workspace_id)} on cluster {self.cluster.name!r}, "
+                f"namespace {self.namespace!r} (Secret values are never shown)\n")
+        return LaunchPlan(description=head + manifests_yaml(manifests),
+                          config_yaml=manifests[0]["data"]["config.yaml"])
+
+    def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
+        manifests = self._manifests(workspace_id, spec, self._token_values(secret_refs))
+        check_volcano(self.cluster, self.api)
+        created: list[dict[str, Any]] = []
+        try:
+            for manifest in manifests:
+                self._create(manifest)
+                created.append(manifest)
+        except BackendError:
+            for manifest in reversed(created):  # best effort: the first error is the news
+                with contextlib.suppress(BackendError):
+                    self._delete_object(manifest["kind"], manifest["metadata"]["name"])
+            raise
+        return f"{self.namespace}/{job_name(workspace_id)}"
+
+    @staticmethod
+    def _token_values(secret_refs: dict[str, str]) -> dict[str, str]:
+        """Env var -> token, read from the 0600 secret store (refs are all the DB holds)."""
+        store, values = SecretStore(), {}
+        for env, ref in secret_refs.items():
+            value = store.get(ref)
+            if value is None:
+                raise InvalidInput(f"the token for {env} ({ref}) is not in the secret store",
+                                   "deploy again and pass the token (--wandb-token/--hf-token)")
+            values[env] = value
+        return values
+
+    def _create(self, manifest: dict[str, Any]) -> None:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        with self._errors(f"creating {kind} {name}", volcano=kind == "Job"):
+            if kind == "Job":
+                client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+                    VOLCANO_GROUP, VOLCANO_VERSION, self.namespace, "jobs", manifest,
+                    _request_timeout=REQUEST_TIMEOUT)
+            elif kind == "Secret":
+                client.CoreV1Api(self.api).create_namespaced_secret(
+                    self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
+            else:
+                client.CoreV1Api(self.api).create_namespaced_config_map(
+                    self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
+
+    def _delete_object(self, kind: str, name: str) -> None:
+        """Delete one object; one that is already gone is fine."""
+        body = client.V1DeleteOptions(propagation_policy="Background")
+        try:
+            with self._errors(f"deleting {kind} {name}", volcano=False):
+                if kind == "Job":
+                    client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+                        VOLCANO_GROUP, VOLCANO_VERSION, self.namespace, "jobs", name, body=body,
+                        _request_timeout=REQUEST_TIMEOUT)
+                elif kind == "Secret":
+                    client.CoreV1Api(self.api).delete_namespaced_secret(
+                        name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
+                else:
+                    client.CoreV1Api(self.api).delete_namespaced_config_map(
+                        name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def delete(self, workspace_id: str) -> None:
+        self._delete_object("Job", job_name(workspace_id))
+        self._delete_object("Secret", secret_name(workspace_id))
+        self._delete_object("ConfigMap", config_map_name(workspace_id))
+
+    def list(self) -> list[str]:
+        with self._errors("listing Volcano jobs", volcano=True):
+            jobs = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
+                VOLCANO_GROUP, VOLCANO_VERSION, self.namespace, "jobs",
+                label_selector="app.kubernetes.io/managed-by=geotrain",
+                _request_timeout=REQUEST_TIMEOUT)
+        return sorted(j["metadata"].get("annotations", {}).get(WORKSPACE_ANNOTATION)
+                      or j["metadata"]["name"] for j in jobs.get("items", []))
+
+    # status --------------------------------------------------------------------
+    def _job(self, workspace_id: str) -> dict[str, Any] | None:
+        try:
+            with self._errors("reading the Volcano job", volcano=False):
+                return client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                    VOLCANO_GROUP, VOLCANO_VERSION, self.namespace, "jobs",
+                    job_name(workspace_id), _request_timeout=REQUEST_TIMEOUT)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _pods(self, workspace_id: str) -> list[dict[str, Any]]:
+        with self._errors("listing pods"):
+            response = client.CoreV1Api(self.api).list_namespaced_pod(
+                self.namespace, label_selector=f"volcano.sh/job-name={job_name(workspace_id)}",
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        return sorted(read_json(response).get("items", []), key=lambda p: p["metadata"]["name"])
+
+    def _gang_reason(self, job: dict[str, Any]) -> str:
+        """The scheduler's word on a pending job, from its PodGroup (best effort)."""
+        try:
+            groups = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
+                SCHEDULING_GROUP, SCHEDULING_VERSION, self.namespace, "podgroups",
+                _request_timeout=REQUEST_TIMEOUT)
+        except (ApiException, *NETWORK_ERRORS):  # the reason is a nicety; status goes on
+            return ""
+        uid = job["metadata"].get("uid")
+        for group in groups.get("items", []):
+            owners = {o.get("uid") for o in group["metadata"].get("ownerReferences", [])}
+            if uid in owners or group["metadata"]["name"] == job["metadata"]["name"]:
+                for cond in (group.get("status") or {}).get("conditions") or []:
+                    if cond.get("type") == "Unschedulable" and cond.get("status") == "True":
+                        return cond.get("message") or cond.get("reason") or ""
+        return ""
+
+    def status(self, workspace_id: str) -> WorkspaceState:
+        job = self._job(workspace_id)
+        if job is None:
+            return WorkspaceState(Status.DELETED.value, reason=f"no Volcano job "
+                                  f"{job_name(workspace_id)} in namespace {self.namespace}")
+        state = (job.get("status") or {}).get("state") or {}
+        status = JOB_PHASES.get(state.get("phase", "Pending"), Status.PENDING)
+        pods = self._pods(workspace_id)
+        workers = [self._worker(workspace_id, pod) for pod in pods]
+        reason = state.get("message") or state.get("reason") or ""
+        if status is Status.PENDING:
+            unschedulable = next((w.detail for w in workers if "unschedulable" in w.detail.lower()), "")
+            reason = self._gang_reason(job) or unschedulable or reason or \
+                "waiting for the Volcano scheduler"
+        return WorkspaceState(status.value, reason=reason, workers=workers,
+                              exit_code=self._master_exit_code(workspace_id, pods))
+
+    def _worker(self, workspace_id: str, pod: dict[str, Any]) -> WorkerState:
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        cstatus = container_status(pod)
+        waiting = (cstatus.get("state") or {}).get("waiting") or {}
+        detail = " ".join(filter(None, [waiting.get("reason"), waiting.get("message")]))
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                detail = cond.get("message") or cond.get("reason") or detail
+        if cstatus.get("restartCount"):
+            detail = f"{detail} (restarts: {cstatus['restartCount']})".strip()
+        return WorkerState(self._label(workspace_id, pod["metadata"]["name"]),
+                           POD_PHASES.get(phase, Status.PENDING).value, detail)
+
+    def _master_exit_code(self, workspace_id: str, pods: list[dict[str, Any]]) -> int | None:
+        master = f"{job_name(workspace_id)}-master-0"
+        for pod in pods:
+            if pod["metadata"]["name"] == master:
+                terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+                return terminated.get("exitCode")
+        return None
+
+    def metrics(self, workspace_id: str) -> list[dict]:
+        """Progress rows parsed from rank 0's recent log lines (metrics.jsonl stays in the pod)."""
+        master = f"{job_name(workspace_id)}-master-0"
+        try:
+            with self._errors("reading the master's log"):
+                response = client.CoreV1Api(self.api).read_namespaced_pod_log(
+                    master, self.namespace, container=CONTAINER, tail_lines=METRICS_TAIL_LINES,
+                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        except ApiError:
+            return []  # not started yet, or gone
+        text = response.data.decode("utf-8", "replace")
+        return [row for row in map(progress_row, text.splitlines()) if row is not None]
+
+    # logs ----------------------------------------------------------------------
+    @staticmethod
+    def _label(workspace_id: str, pod_name: str) -> str:
+        return pod_name.removeprefix(job_name(workspace_id) + "-")
+
+    def logs(self, workspace_id: str, follow: bool = False) -> Iterator[tuple[str, str]]:
+        def finished() -> bool:
+            return Status(self.status(workspace_id).status).terminal
+
+        reader = JobLogs(client.CoreV1Api(self.api), self.namespace,
+                         list_pods=lambda: self._pods(workspace_id),
+                         label=lambda name: self._label(workspace_id, name),
+                         finished=finished, poll_s=self.log_poll_s,
+                         read_timeout_s=self.log_read_timeout_s, request_timeout=REQUEST_TIMEOUT)
+        with self._errors("reading pod logs"):
+            yield from (reader.follow() if follow else reader.snapshot())

@@ -1,0 +1,33 @@
+"""Training algorithms: DDP, DiLoCo (fp32/bf16/fp8/fp4 exchanges), DiLoCo + DeMo."""
+
+from __future__ import annotations
+
+import torch
+
+from recipes.algorithms.ddp import DDP
+from recipes.algorithms.demo import DemoExchange, sign_outer_step
+from recipes.algorithms.diloco import DiLoCo
+from recipes.algorithms.exchange import FullPrecisionExchange, QuantizedExchange
+from recipes.config import Compression
+from recipes.config_schema import TrainConfig
+from recipes.distributed import Wire
+
+
+def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire):
+    """The algorithm a resolved preset asks for, wired to `wire` for byte counting."""
+    if comp.algorithm == "ddp":
+        return DDP(model, wire)
+    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if comp.algorithm == "demo":
+        exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire)
+    elif comp.bits in (32, 16):
+        exchange = FullPrecisionExchange(numel, comp.bits, wire)
+    else:
+        exchange = QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback)
+    algo = DiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=cfg.diloco.outer_lr,
+                  outer_momentum=cfg.diloco.outer_momentum, overlap=cfg.diloco.overlap)
+    if comp.algorithm == "demo":
+        algo.name = "demo"
+        if cfg.demo.sign_step:
+            algo.outer_update = lambda avg: sign_outer_step(algo.global_flat, avg, cfg.demo.sign_lr)
+    return algo

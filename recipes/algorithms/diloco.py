@@ -1,0 +1,104 @@
+"""DiLoCo: H inner AdamW steps, then an outer Nesterov step on the averaged pseudo-gradient.
+
+The global weights and the outer momentum live on the CPU (off the accelerator),
+as one flat fp32 vector each. pseudo-gradient = global - local. With `overlap`,
+the exchange of outer step k is waited for only at outer step k+1, and each rank
+keeps its own unsynced progress on top of the (one-step-delayed) global weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from recipes.algorithms.exchange import Pending
+
+
+def nesterov_outer_step(global_flat: torch.Tensor, momentum: torch.Tensor, avg_delta: torch.Tensor,
+                        lr: float, mu: float) -> None:
+    """PyTorch SGD(nesterov=True) semantics, in place: m = mu m + g; w -= lr (g + mu m)."""
+    momentum.mul_(mu).add_(avg_delta)
+    global_flat.sub_(avg_delta.add(momentum, alpha=mu), alpha=lr)
+
+
+class DiLoCo:
+    """Outer loop around any inner optimizer; `exchange` decides what crosses the wire."""
+
+    name = "diloco"
+
+    def __init__(self, model: torch.nn.Module, exchange, *, inner_steps: int, outer_lr: float,
+                 outer_momentum: float, overlap: bool = False, outer_update=None) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.exchange = exchange
+        self.inner_steps = inner_steps
+        self.outer_lr, self.outer_momentum = outer_lr, outer_momentum
+        self.overlap = overlap
+        self.outer_update = outer_update or self._nesterov
+        self.global_flat = self._local_flat().cpu()
+        self.anchor = self.global_flat.clone()  # where this phase's inner steps started
+        self.momentum = torch.zeros_like(self.global_flat)
+        self.pending: Pending | None = None
+        self.outer_step = 0
+
+    def after_backward(self) -> None:
+        """Inner steps are purely local."""
+
+    def after_optimizer_step(self, step: int) -> bool:
+        """Run the outer step after every H-th inner step; True when one ran."""
+        if step % self.inner_steps:
+            return False
+        self.sync()
+        return True
+
+    def sync(self) -> None:
+        local = self._local_flat()
+        delta = self.anchor.to(local.device) - local
+        if not self.overlap:
+            avg = self.exchange.finish(self.exchange.start(delta))
+            self.outer_update(avg.cpu())
+            self._write_params(self.global_flat)
+            self.anchor = self.global_flat.clone()
+        else:
+            started = self.exchange.start(delta, async_op=True)
+            if self.pending is not None:
+                self.outer_update(self.exchange.finish(self.pending).cpu())
+            self.pending = started
+            own_progress = self.global_flat - delta.cpu()
+            self._write_params(own_progress)
+            self.anchor = own_progress
+        self.outer_step += 1
+
+    def finish(self) -> None:
+        """Land an exchange still in flight so every rank ends on the same weights."""
+        if self.pending is not None:
+            self.outer_update(self.exchange.finish(self.pending).cpu())
+            self.pending = None
+            self._write_params(self.global_flat)
+            self.anchor = self.global_flat.clone()
+
+    def _nesterov(self, avg_delta: torch.Tensor) -> None:
+        nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum)
+
+    @torch.no_grad()
+    def _local_flat(self) -> torch.Tensor:
+        return torch.cat([p.detach().float().flatten() for p in self.params])
+
+    @torch.no_grad()
+    def _write_params(self, flat: torch.Tensor) -> None:
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.copy_(flat[offset:offset + n].view_as(p).to(p.device, p.dtype))
+            offset += n
+
+    def state_dict(self) -> dict:
+        return {"global": self.global_flat, "anchor": self.anchor, "momentum": self.momentum,
+                "outer_step": self.outer_step, "exchange": self.exchange.state_dict(),
+                "pending_sent": None if self.pending is None else self.pending.sent.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.global_flat, self.anchor = state["global"], state["anchor"]
+        self.momentum, self.outer_step = state["momentum"], state["outer_step"]
+        self.exchange.load_state_dict(state["exchange"])
+        sent = state.get("pending_sent")
+        device = self.params[0].device
+        self.pending = None if sent is None else self.exchange.reissue(sent.to(device), async_op=True)

@@ -1,0 +1,90 @@
+"""How a pseudo-gradient is averaged across ranks: full precision, or quantised with error feedback.
+
+Each exchange has `start(delta) -> Pending` (collective issued, maybe async) and
+`finish(pending) -> average`. Splitting the two lets DiLoCo overlap the network
+with the next inner steps; `Pending.sent` is kept so a resumed run can reissue it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from recipes.compression import BlockCodec, ErrorFeedback
+from recipes.distributed import Wire
+
+
+@dataclass
+class Pending:
+    """A collective in flight: what this rank sent, and the handle to wait on."""
+
+    sent: torch.Tensor
+    work: Any = None
+    gathered: list | None = None
+
+
+class FullPrecisionExchange:
+    """fp32 or bf16 all-reduce: values sum on the wire, no scales needed."""
+
+    def __init__(self, numel: int, bits: int, wire: Wire) -> None:
+        self.dtype = torch.float32 if bits == 32 else torch.bfloat16
+        self.wire = wire
+
+    def start(self, delta: torch.Tensor, async_op: bool = False) -> Pending:
+        sent = delta.to(self.dtype)
+        return self.reissue(sent, async_op)
+
+    def reissue(self, sent: torch.Tensor, async_op: bool = False) -> Pending:
+        buf = sent.clone()
+        pending = Pending(sent=sent, work=self.wire.all_reduce_async(buf), gathered=[buf])
+        if not async_op and pending.work is not None:
+            pending.work.wait()
+            pending.work = None
+        return pending
+
+    def finish(self, pending: Pending) -> torch.Tensor:
+        if pending.work is not None:
+            pending.work.wait()
+        return pending.gathered[0].float() / self.wire.world_size
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class QuantizedExchange:
+    """fp8/fp4 block codec with error feedback; payloads are all-gathered and averaged after decoding."""
+
+    def __init__(self, numel: int, bits: int, block: int, wire: Wire, error_feedback: bool = True) -> None:
+        self.codec = BlockCodec(bits, block)
+        self.feedback = ErrorFeedback(numel, enabled=error_feedback)
+        self.numel = numel
+        self.wire = wire
+
+    def start(self, delta: torch.Tensor, async_op: bool = False) -> Pending:
+        if self.feedback.residual is not None:
+            self.feedback.residual = self.feedback.residual.to(delta.device)
+        payload, _ = self.feedback.compress(delta, self.codec)
+        return self.reissue(payload, async_op)
+
+    def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
+        if async_op:
+            work, gathered = self.wire.all_gather(payload, async_op=True)
+            return Pending(sent=payload, work=work, gathered=gathered)
+        return Pending(sent=payload, gathered=self.wire.all_gather(payload))
+
+    def finish(self, pending: Pending) -> torch.Tensor:
+        if pending.work is not None:
+            pending.work.wait()
+        decoded = [self.codec.decode(p, self.numel) for p in pending.gathered]
+        return torch.stack(decoded).mean(dim=0)
+
+    def state_dict(self) -> dict:
+        return self.feedback.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.feedback.load_state_dict(state)

@@ -1,0 +1,107 @@
+"""What crosses the wire: block-scaled fp8 / packed fp4 codecs and error feedback.
+
+A codec turns a flat fp32 vector into a uint8 payload and back. Payloads are what
+ranks all-gather, so their length is exactly the bytes a rank sends: fp4 is two
+4-bit codes per byte plus one fp32 scale per block, nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])  # e2m1 magnitudes by code
+FP4_MIDPOINTS = (FP4_VALUES[1:] + FP4_VALUES[:-1]) / 2
+FP4_MAX = 6.0
+
+
+class BlockCodec:
+    """Quantise blocks of `block` values to `bits` (8: fp8 e4m3, 4: fp4 e2m1) with fp32 absmax scales."""
+
+    def __init__(self, bits: int, block: int = 128) -> None:
+        if bits not in (8, 4):
+            raise ValueError(f"BlockCodec handles 8 or 4 bits, not {bits}")
+        if block <= 0 or block % 2:
+            raise ValueError(f"block must be a positive even number, not {block}")
+        self.bits, self.block = bits, block
+
+    def payload_bytes(self, numel: int) -> int:
+        blocks = math.ceil(numel / self.block)
+        return blocks * self.block * self.bits // 8 + blocks * 4
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        blocks = _pad_to_blocks(x.detach().float().flatten(), self.block)
+        absmax = blocks.abs().amax(dim=1, keepdim=True)
+        top = FP8_MAX if self.bits == 8 else FP4_MAX
+        scales = torch.where(absmax > 0, absmax / top, torch.ones_like(absmax))
+        scaled = blocks / scales
+        if self.bits == 8:
+            codes = scaled.to(torch.float8_e4m3fn).view(torch.uint8).flatten()
+        else:
+            codes = _pack_nibbles(_fp4_codes(scaled.flatten()))
+        return torch.cat([codes, scales.flatten().view(torch.uint8)])
+
+    def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
+        blocks = math.ceil(numel / self.block)
+        code_bytes = blocks * self.block * self.bits // 8
+        codes, scale_bytes = payload[:code_bytes], payload[code_bytes:code_bytes + blocks * 4]
+        scales = scale_bytes.contiguous().view(torch.float32).view(blocks, 1)
+        if self.bits == 8:
+            values = codes.contiguous().view(torch.float8_e4m3fn).float()
+        else:
+            values = _fp4_values(_unpack_nibbles(codes))
+        return (values.view(blocks, self.block) * scales).flatten()[:numel]
+
+
+def _pad_to_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    pad = (-x.numel()) % block
+    if pad:
+        x = torch.cat([x, x.new_zeros(pad)])
+    return x.view(-1, block)
+
+
+def _fp4_codes(x: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest e2m1 value: 3 magnitude bits and a sign bit (bit 3)."""
+    mids = FP4_MIDPOINTS.to(x.device)
+    magnitude = torch.bucketize(x.abs().clamp(max=FP4_MAX), mids).to(torch.uint8)
+    return magnitude | ((x < 0).to(torch.uint8) << 3)
+
+
+def _fp4_values(codes: torch.Tensor) -> torch.Tensor:
+    table = FP4_VALUES.to(codes.device)
+    magnitude = table[(codes & 7).long()]
+    return torch.where((codes & 8) > 0, -magnitude, magnitude)
+
+
+def _pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    pairs = codes.view(-1, 2)
+    return pairs[:, 0] | (pairs[:, 1] << 4)
+
+
+def _unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    return torch.stack([packed & 15, packed >> 4], dim=1).flatten()
+
+
+class ErrorFeedback:
+    """Keeps what the codec dropped and adds it to the next input, so nothing is lost for good."""
+
+    def __init__(self, numel: int, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.residual = torch.zeros(numel) if enabled else None
+
+    def compress(self, x: torch.Tensor, codec: BlockCodec) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (payload, what the receiver will decode from it)."""
+        target = x + self.residual if self.enabled else x
+        payload = codec.encode(target)
+        decoded = codec.decode(payload, x.numel())
+        if self.enabled:
+            self.residual = target - decoded
+        return payload, decoded
+
+    def state_dict(self) -> dict:
+        return {"residual": self.residual}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.residual = state["residual"]

@@ -1,0 +1,80 @@
+"""Progress lines (every rank), metrics JSONL and W&B (rank 0).
+
+The JSONL is what the app draws live curves from: one object per logged step,
+appended and flushed at once. After a restart, steps since the last checkpoint
+appear again; readers keep the last line for a step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+
+SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN")
+
+
+def redact(text: str) -> str:
+    """Remove any secret from the environment that found its way into `text`."""
+    for key in SECRET_ENV:
+        value = os.environ.get(key)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def say(rank: int, message: str) -> None:
+    """One progress line on stdout, flushed so torchrun --tee shows it live."""
+    print(redact(f"[rank {rank}] {message}"), flush=True)
+
+
+class Telemetry:
+    """Rank 0 writes metrics.jsonl and W&B; other ranks only print."""
+
+    def __init__(self, *, rank: int, out_dir: Path, config: dict, wandb_on: bool, project: str,
+                 entity: str | None, run_name: str) -> None:
+        self.rank = rank
+        self.metrics_path = out_dir / "metrics.jsonl"
+        self.wandb_run = None
+        if rank != 0:
+            return
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if wandb_on:
+            self.wandb_run = _start_wandb(out_dir, config, project, entity, run_name)
+
+    def log(self, record: dict) -> None:
+        if self.rank != 0:
+            return
+        record = {**record, "time": time.time()}
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+
+    def close(self) -> None:
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
+
+
+def _start_wandb(out_dir: Path, config: dict, project: str, entity: str | None, run_name: str):
+    """Online with WANDB_API_KEY, offline otherwise; the run id is kept so a restart continues the run."""
+    try:
+        import wandb
+    except ImportError:
+        say(0, "wandb is not installed; logging to metrics.jsonl only")
+        return None
+    if not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")
+    id_file = out_dir / "wandb_run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(8)
+    id_file.write_text(run_id)
+    try:
+        return wandb.init(project=project, entity=entity, name=run_name, id=run_id, resume="allow",
+                          dir=str(out_dir), config=config, settings=wandb.Settings(console="off",
+                                                                                    silent=True))
+    except Exception as exc:  # a logging outage must not stop training
+        say(0, f"wandb init failed ({type(exc).__name__}: {redact(str(exc))}); continuing without it")
+        return None

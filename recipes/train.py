@@ -1,0 +1,201 @@
+"""The training entry point: one readable loop for every model, algorithm and preset.
+
+    torchrun --nproc-per-node 2 -m recipes.train --config recipes/configs/gpt-neo/tiny.yaml
+    python -m recipes.train --config recipes/configs/gpt-neo/tiny.yaml steps=50 gradient_compression=high
+
+Every rank prints progress lines; rank 0 appends to <out_dir>/metrics.jsonl, logs
+to W&B and uploads checkpoints. Checkpoints are resumed automatically, so
+`torchrun --max-restarts N` continues a killed run instead of starting over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from recipes import checkpoint
+from recipes.algorithms import build_algorithm
+from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
+from recipes.config_schema import TrainConfig
+from recipes.data import build_data
+from recipes.distributed import Runtime, Wire, setup, teardown
+from recipes.models import build_model, count_parameters
+from recipes.telemetry import Telemetry, say
+
+
+def lr_lambda(cfg: TrainConfig):
+    """Linear warmup, then cosine down to min_lr_ratio (or constant)."""
+    o = cfg.optim
+
+    def factor(step: int) -> float:
+        if step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "constant":
+            return 1.0
+        progress = (step - o.warmup_steps) / max(1, cfg.steps - o.warmup_steps)
+        return o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+class Trainer:
+    """Holds the run's pieces so that checkpointing and the loop read plainly."""
+
+    def __init__(self, cfg: TrainConfig, rt: Runtime) -> None:
+        self.cfg, self.rt = cfg, rt
+        self.comp = resolve_compression(cfg)
+        self.out_dir = Path(cfg.out_dir).resolve()
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        self.model, self.loss_fn = build_model(cfg.model, cfg.size)
+        self.model.to(rt.device)
+        torch.manual_seed(cfg.seed + 1 + rt.rank)  # dropout and masks differ per rank
+        self.data = build_data(cfg, rt.rank, rt.world_size, self.out_dir)
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=tuple(o.betas),
+                                           weight_decay=o.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        self.wire = Wire(rt.world_size)
+        self.algo = build_algorithm(self.model, self.comp, cfg, self.wire)
+        self.step = 0
+        self.items = 0
+
+    def state(self) -> dict:
+        return {"step": self.step, "items": self.items, "bytes_sent": self.wire.bytes_sent,
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "algorithm": self.algo.state_dict(),
+                "data": self.data.state_dict(), "rng": checkpoint.rng_state(), "config": config_to_dict(self.cfg)}
+
+    def load(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.data.load_state_dict(state["data"])
+        self.step, self.items, self.wire.bytes_sent = state["step"], state["items"], state["bytes_sent"]
+        self.algo.load_state_dict(state["algorithm"])
+        checkpoint.set_rng_state(state["rng"])
+
+    def maybe_resume(self) -> None:
+        if not self.cfg.checkpoint.resume:
+            return
+        step = checkpoint.latest_common_step(self.out_dir, self.rt.rank, self.rt.world_size)
+        if step is not None:
+            self.load(checkpoint.load(self.out_dir, step, self.rt.rank))
+            say(self.rt.rank, f"resumed from checkpoint at step {step}")
+
+    def save(self, uploader=None) -> None:
+        path = checkpoint.save(self.out_dir, self.step, self.rt.rank, self.state(), self.cfg.checkpoint.keep)
+        if uploader is not None:
+            uploader.upload(path)
+
+    def train_step(self) -> float:
+        batch = to_device(self.data.next_batch(), self.rt.device)
+        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else None
+        with torch.autocast(self.rt.device.type, dtype=dtype, enabled=dtype is not None):
+            loss, items = self.loss_fn(self.model, batch)
+        loss.backward()
+        self.algo.after_backward()
+        if self.cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.items += items
+        self.algo.after_optimizer_step(self.step)
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Held-out loss of the final (synchronised) weights, where the data source has a held-out set."""
+        if not hasattr(self.data, "eval_batches") or self.cfg.logging.eval_batches <= 0:
+            return {}
+        self.model.eval()
+        losses = [float(self.loss_fn(self.model, to_device(b, self.rt.device))[0])
+                  for b in self.data.eval_batches(self.cfg.logging.eval_batches)]
+        self.model.train()
+        result = {"eval_loss": sum(losses) / len(losses)}
+        floor = getattr(self.data, "entropy_floor", None)
+        if floor is not None:
+            result.update(entropy_floor=floor, excess_loss=result["eval_loss"] - floor)
+        return result
+
+
+def run(cfg: TrainConfig) -> int:
+    rt = setup(cfg.dist, cfg.device)
+    trainer = Trainer(cfg, rt)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    name = cfg.logging.run_name or f"{cfg.model}-{cfg.size}-{cfg.gradient_compression}"
+    telemetry = Telemetry(rank=rt.rank, out_dir=trainer.out_dir, config=config_to_dict(cfg),
+                          wandb_on=cfg.logging.wandb, project=cfg.logging.wandb_project,
+                          entity=cfg.logging.wandb_entity, run_name=name)
+    uploader = None
+    if rt.rank == 0 and cfg.checkpoint.hf_repo:
+        from recipes.hub import HubUploader
+
+        uploader = HubUploader(cfg.checkpoint.hf_repo, private=cfg.checkpoint.hf_private)
+    comp = trainer.comp
+    say(rt.rank, f"{cfg.model}/{cfg.size} {count_parameters(trainer.model):,} params, preset "
+                 f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits), "
+                 f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")
+    trainer.maybe_resume()
+    losses, window_start = [], time.perf_counter()
+    log_every, every = cfg.logging.log_every, cfg.checkpoint.every
+    while trainer.step < cfg.steps:
+        losses.append(trainer.train_step())
+        step = trainer.step
+        if step % log_every == 0 or step == cfg.steps:
+            elapsed = time.perf_counter() - window_start
+            record = {"step": step, "loss": sum(losses) / len(losses),
+                      "lr": trainer.scheduler.get_last_lr()[0], "bytes_sent": trainer.wire.bytes_sent,
+                      "outer_step": trainer.algo.outer_step, "items": trainer.items * rt.world_size,
+                      "step_time": elapsed / len(losses), "restart": restart}
+            say(rt.rank, f"step {step}/{cfg.steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
+                         f"outer {record['outer_step']} sent {record['bytes_sent'] / 1e6:.3f}MB "
+                         f"{1000 * record['step_time']:.1f}ms/step")
+            telemetry.log(record)
+            losses, window_start = [], time.perf_counter()
+        if every and step % every == 0 and step < cfg.steps:
+            trainer.save(uploader)
+    trainer.algo.finish()
+    result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,
+              **trainer.evaluate()}
+    if rt.rank == 0 and "eval_loss" in result:
+        telemetry.log({**result, "loss": result["eval_loss"]})
+        (trainer.out_dir / "result.json").write_text(json.dumps({**result, "world_size": rt.world_size}))
+    trainer.save(uploader)
+    if uploader is not None:
+        uploader.wait()
+    telemetry.close()
+    say(rt.rank, "done " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                    for k, v in result.items()))
+    teardown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recipes.train", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="a YAML file under recipes/configs/")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=50 optim.lr=1e-3")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        for e in exc.errors:
+            print(f"config error: {e['path']}: {e['message']}", file=sys.stderr)
+        return 2
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

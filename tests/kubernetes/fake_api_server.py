@@ -1,0 +1,328 @@
+"""A stand-in for a real Kubernetes API server (which cannot run here), over real HTTP.
+
+It keeps state like the real one (ConfigMaps, Secrets, Volcano Jobs, pods, PodGroups,
+nodes), answers with the real status codes and Status bodies, and streams pod logs
+with chunked transfer encoding. The test plays kubelet and Volcano controller through
+its methods: create pods, write log chunks, restart or recreate containers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+CORE = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods)"
+VOLCANO = r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/(?P<res>jobs)"
+PODGROUPS = r"/apis/scheduling\.volcano\.sh/v1beta1/namespaces/(?P<ns>[^/]+)/(?P<res>podgroups)"
+GROUP_OF = {"jobs": "batch.volcano.sh", "podgroups": "scheduling.volcano.sh"}
+
+
+def rfc3339nano(ns: int) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9))
+    frac = f"{ns % 10**9:09d}".rstrip("0")
+    return f"{stamp}.{frac}Z" if frac else f"{stamp}Z"
+
+
+@dataclass
+class LogBuffer:
+    """The output of one container incarnation: chunks with the time they were written."""
+
+    chunks: list[tuple[int, bytes]] = field(default_factory=list)
+    ended: bool = False
+
+
+class FakeKubeAPI:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.nodes: list[dict] = []
+        self.logs: dict[tuple[str, str, int], LogBuffer] = {}
+        self.volcano_installed = True
+        self.queues = {"default", "geotrain"}
+        self.forbidden: set[tuple[str, str]] = set()  # (HTTP method, resource)
+        self.requests: list[tuple[str, str, dict]] = []
+        self.cond = threading.Condition()
+        self.closed = False
+        self._server: ThreadingHTTPServer | None = None
+
+    # lifecycle -------------------------------------------------------------------
+    def start(self) -> str:
+        api = self
+
+        class Handler(_Handler):
+            fake = api
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    # the test plays kubelet and the Volcano controller ---------------------------
+    def jobs(self) -> list[dict]:
+        return [o for (res, _, _), o in self.objects.items() if res == "jobs"]
+
+    def set_job_phase(self, name: str, phase: str, ns: str = "default") -> None:
+        with self.cond:
+            self.objects[("jobs", ns, name)]["status"] = {"state": {"phase": phase}}
+
+    def add_pod(self, job: str, task: str, index: int, ns: str = "default",
+                running: bool = True, scheduled_message: str = "") -> str:
+        name = f"{job}-{task}-{index}"
+        pod = {"metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()),
+                            "labels": {"volcano.sh/job-name": job, "volcano.sh/task-spec": task}},
+               "status": {"phase": "Pending", "containerStatuses": [
+                   {"name": "trainer", "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+        if scheduled_message:
+            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                            "reason": "Unschedulable", "message": scheduled_message}]
+        with self.cond:
+            self.objects[("pods", ns, name)] = pod
+        if running:
+            self.start_container(name, ns)
+        return name
+
+    def _pod(self, name: str, ns: str) -> dict:
+        return self.objects[("pods", ns, name)]
+
+    def start_container(self, name: str, ns: str = "default") -> None:
+        with self.cond:
+            pod = self._pod(name, ns)
+            status = pod["status"]["containerStatuses"][0]
+            status["state"] = {"running": {"startedAt": rfc3339nano(time.time_ns())}}
+            pod["status"]["phase"] = "Running"
+            pod["status"].pop("conditions", None)
+            self.logs[(name, pod["metadata"]["uid"], status["restartCount"])] = LogBuffer()
+            self.cond.notify_all()
+
+    def _current(self, name: str, ns: str) -> tuple[dict, LogBuffer]:
+        pod = self._pod(name, ns)
+        status = pod["status"]["containerStatuses"][0]
+        return status, self.logs[(name, pod["metadata"]["uid"], status["restartCount"])]
+
+    def write_log(self, name: str, data: bytes, ns: str = "default") -> None:
+        with self.cond:
+            self._current(name, ns)[1].chunks.append((time.time_ns(), data))
+            self.cond.notify_all()
+
+    def end_container(self, name: str, exit_code: int, ns: str = "default") -> None:
+        with self.cond:
+            status, buffer = self._current(name, ns)
+            buffer.ended = True
+            status["state"] = {"terminated": {"exitCode": exit_code}}
+            self._pod(name, ns)["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+            self.cond.notify_all()
+
+    def restart_container(self, name: str, ns: str = "default") -> None:
+        """The container crashed and kubelet started it again in the same pod."""
+        with self.cond:
+            status, buffer = self._current(name, ns)
+            buffer.ended = True
+            status["lastState"] = {"terminated": {"exitCode": 1}}
+            status["restartCount"] += 1
+            self.cond.notify_all()
+        self.start_container(name, ns)
+
+    def recreate_pod(self, name: str, ns: str = "default") -> None:
+        """Volcano's RestartJob: the pod is deleted and made again, same name, new uid."""
+        with self.cond:
+            old = self.objects.pop(("pods", ns, name))
+            self._current_buffer_of(old).ended = True
+            self.cond.notify_all()
+        labels = old["metadata"]["labels"]
+        index = int(name.rsplit("-", 1)[1])
+        self.add_pod(labels["volcano.sh/job-name"], labels["volcano.sh/task-spec"], index, ns)
+
+    def _current_buffer_of(self, pod: dict) -> LogBuffer:
+        status = pod["status"]["containerStatuses"][0]
+        return self.logs[(pod["metadata"]["name"], pod["metadata"]["uid"], status["restartCount"])]
+
+    def delete_pods_of(self, job: str, ns: str) -> None:
+        with self.cond:
+            for key, obj in list(self.objects.items()):
+                if key[0] == "pods" and obj["metadata"]["labels"].get("volcano.sh/job-name") == job:
+                    del self.objects[key]
+            for (pod, _, _), buffer in self.logs.items():
+                if pod.startswith(job + "-"):
+                    buffer.ended = True
+            self.cond.notify_all()
+
+
+def _matches(obj: dict, selector: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    pairs = [p.split("=", 1) for p in selector.split(",") if p]
+    return all(labels.get(k) == v for k, v in pairs)
+
+
+def _status(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeKubeAPI
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+    # plumbing ------------------------------------------------------------------------
+    def _send(self, code: int, body) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json" if not isinstance(body, bytes) else "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+    def _route(self, method: str) -> None:
+        url = urlparse(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        self.body = json.loads(self.rfile.read(length) or b"{}")  # read always: keep-alive
+        self.fake.requests.append((method, url.path, query))
+        path = url.path
+        if path == "/apis/batch.volcano.sh/v1alpha1" and method == "GET":
+            return self._discovery()
+        if path == "/api/v1/nodes":
+            if ("GET", "nodes") in self.fake.forbidden:
+                return self._send(403, _status(403, "Forbidden", 'nodes is forbidden: User "dev" '
+                                               'cannot list resource "nodes" in API group "" at the cluster scope'))
+            return self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
+                                    "items": self.fake.nodes})
+        queue = re.fullmatch(r"/apis/scheduling\.volcano\.sh/v1beta1/queues/([^/]+)", path)
+        if queue and self.fake.volcano_installed:
+            found = queue[1] in self.fake.queues
+            return self._send(200 if found else 404,
+                              {"metadata": {"name": queue[1]}} if found else
+                              _status(404, "NotFound", f'queues.scheduling.volcano.sh "{queue[1]}" not found'))
+        for pattern in (CORE, VOLCANO, PODGROUPS):
+            match = re.fullmatch(pattern + r"(?:/(?P<name>[^/]+))?(?P<log>/log)?", path)
+            if match:
+                return self._resource(method, match["res"], match["ns"], match["name"],
+                                      bool(match["log"]), query)
+        self._send(404, b"404 page not found")
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
+    # API ---------------------------------------------------------------------------
+    def _discovery(self) -> None:
+        if not self.fake.volcano_installed:
+            return self._send(404, b"404 page not found")
+        self._send(200, {"kind": "APIResourceList", "apiVersion": "v1",
+                         "groupVersion": "batch.volcano.sh/v1alpha1",
+                         "resources": [{"name": "jobs", "singularName": "job", "namespaced": True,
+                                        "kind": "Job", "verbs": ["create", "delete", "get", "list"]}]})
+
+    def _resource(self, method: str, res: str, ns: str, name: str | None, log: bool, query: dict) -> None:
+        fake = self.fake
+        if res in GROUP_OF and not fake.volcano_installed:
+            return self._send(404, b"404 page not found")
+        if (method, res) in fake.forbidden:
+            verb = {"POST": "create", "GET": "get" if name else "list", "DELETE": "delete"}[method]
+            group = GROUP_OF.get(res, "")
+            return self._send(403, _status(403, "Forbidden", f'{res}{"." + group if group else ""} is '
+                                           f'forbidden: User "dev" cannot {verb} resource "{res}" in API '
+                                           f'group "{group}" in the namespace "{ns}"'))
+        if log:
+            return self._log(ns, name, query)
+        key = (res, ns, name)
+        with fake.cond:
+            if method == "POST":
+                obj = self.body
+                key = (res, ns, obj["metadata"]["name"])
+                if key in fake.objects:
+                    return self._send(409, _status(409, "AlreadyExists",
+                                                   f'{res} "{key[2]}" already exists'))
+                obj["metadata"].update(uid=str(uuid.uuid4()), resourceVersion="1", namespace=ns)
+                fake.objects[key] = obj
+                return self._send(201, obj)
+            if name is None:
+                items = [o for (r, n, _), o in sorted(fake.objects.items())
+                         if r == res and n == ns and _matches(o, query.get("labelSelector", ""))]
+                return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
+            if key not in fake.objects:
+                return self._send(404, _status(404, "NotFound", f'{res} "{name}" not found'))
+            if method == "DELETE":
+                obj = fake.objects.pop(key)
+                if res == "jobs":
+                    fake.delete_pods_of(name, ns)
+                return self._send(200, obj)
+            return self._send(200, fake.objects[key])
+
+    def _log(self, ns: str, name: str, query: dict) -> None:
+        fake = self.fake
+        with fake.cond:
+            pod = fake.objects.get(("pods", ns, name))
+            if pod is None:
+                return self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+            status = pod["status"]["containerStatuses"][0]
+            restarts = status["restartCount"] - (1 if query.get("previous") == "true" else 0)
+            buffer = fake.logs.get((name, pod["metadata"]["uid"], restarts))
+        if buffer is None:
+            return self._send(400, _status(400, "BadRequest", f'container "trainer" in pod "{name}" '
+                                           "is waiting to start" if restarts >= 0 else
+                                           "previous terminated container not found"))
+        follow, stamps = query.get("follow") == "true", query.get("timestamps") == "true"
+        since = int(query["sinceSeconds"]) if "sinceSeconds" in query else None
+        if "tailLines" in query and not follow:
+            with fake.cond:
+                text = b"".join(data for _, data in buffer.chunks)
+            lines = text.splitlines(keepends=True)[-int(query["tailLines"]):]
+            return self._send(200, b"".join(lines))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent, line_start = 0, True
+        while True:
+            with fake.cond:
+                while follow and sent >= len(buffer.chunks) and not buffer.ended and not fake.closed:
+                    fake.cond.wait(0.2)
+                new, sent = buffer.chunks[sent:], len(buffer.chunks)
+                done = not follow or buffer.ended or fake.closed
+            for at, data in new:
+                if since is not None and at < time.time_ns() - since * 10**9:
+                    continue
+                if stamps:
+                    data, line_start = _stamp(data, at, line_start)
+                self._chunk(data)
+            if done:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return
+
+
+def _stamp(data: bytes, at: int, line_start: bool) -> tuple[bytes, bool]:
+    """Prefix each line that starts in `data` with its RFC3339Nano time, as kubelet does."""
+    out = b""
+    for piece in data.splitlines(keepends=True):
+        if line_start:
+            out += rfc3339nano(at).encode() + b" "
+        out += piece
+        line_start = piece.endswith(b"\n")
+    return out, line_start

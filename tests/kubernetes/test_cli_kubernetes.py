@@ -1,0 +1,73 @@
+"""`geotrain clusters add-kubernetes` and `geotrain workspaces …` on a Kubernetes cluster.
+
+The cluster is FakeKubeAPI: a stand-in for a real Kubernetes API server (with Volcano),
+which cannot run here, reached by the real `kubernetes` client over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.clusters import get_cluster, list_clusters
+from core.store import Store
+from tests.kubernetes.conftest import run
+
+
+def test_add_kubernetes_records_context_namespace_and_node_groups(fake, kubeconfig, capsys):
+    code, out, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig,
+                         "--context", "fake-ctx")
+    assert code == 0, err
+    assert "Registered mycluster: 3 nodes (2× nvidia (8 GPUs), 1× cpu)" in out
+    cluster = get_cluster(Store(), "mycluster")
+    assert cluster.kind == "kubernetes" and cluster.kubeconfig_path == kubeconfig
+    assert cluster.config["context"] == "fake-ctx" and cluster.config["namespace"] == "default"
+    assert cluster.config["node_groups"] == [{"vendor": "nvidia", "gpus": 8, "nodes": ["gpu-a", "gpu-b"]},
+                                             {"vendor": "cpu", "gpus": 0, "nodes": ["cpu-a"]}]
+    code, out, _ = run(capsys, "clusters", "list", "--json")
+    assert "mycluster" in [c["name"] for c in json.loads(out)]
+
+
+def test_add_kubernetes_notes_a_missing_queue(fake, kubeconfig, capsys):
+    code, out, _ = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig,
+                       "--queue", "research")
+    assert code == 0 and "queue 'research' was not found" in out
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["BAD_name"], "cluster name 'BAD_name' is not valid"),
+    (["ok", "--context", "nope"], "--context 'nope' is not in"),
+    (["ok", "--kubeconfig", "/nonexistent/kc"], "--kubeconfig /nonexistent/kc: no such file"),
+])
+def test_add_kubernetes_bad_input_changes_nothing(fake, kubeconfig, capsys, argv, expected):
+    args = ["clusters", "add-kubernetes", argv[0]] + (argv[1:] if "--kubeconfig" in argv else
+                                                      ["--kubeconfig", kubeconfig] + argv[1:])
+    code, _, err = run(capsys, *args)
+    assert code == 2 and expected in err and err.count("\n") == 1
+    assert [c.name for c in list_clusters(Store())] == ["local"]
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("breakage,expected", [
+    ("no-volcano", "is Volcano installed on cluster mycluster?"),
+    ("no-node-rights", "listing nodes (geotrain places one worker per node) on cluster 'mycluster': "
+                       "permission denied"),
+])
+def test_add_kubernetes_cluster_problems_are_clear_and_nothing_is_recorded(fake, kubeconfig, capsys,
+                                                                           breakage, expected):
+    if breakage == "no-volcano":
+        fake.volcano_installed = False
+    else:
+        fake.forbidden.add(("GET", "nodes"))
+    code, _, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)
+    assert code == 2 and expected in err
+    assert [c.name for c in list_clusters(Store())] == ["local"]
+
+
+def test_add_kubernetes_refuses_a_taken_name_before_contacting_the_cluster(fake, kubeconfig, capsys):
+    assert run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)[0] == 0
+    before = len(fake.requests)
+    code, _, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)
+    assert code == 2 and "a cluster named 'mycluster' already exists" in err
+    assert len(fake.requests) == before

@@ -1,0 +1,50 @@
+"""Helpers shared by the recipe tests: run recipes under a real torchrun on gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_GPT = REPO / "recipes" / "configs" / "gpt-neo" / "tiny.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def recipe_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "HF_TOKEN")}
+    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="offline", HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
+               OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    env.update(extra)
+    return env
+
+
+def torchrun_cmd(config: Path, overrides: list[str], nproc: int = 2, max_restarts: int = 0) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--tee", "3",
+            "--max-restarts", str(max_restarts), "-m", "recipes.train", "--config", str(config), *overrides]
+
+
+def run_torchrun(config: Path, overrides: list[str], nproc: int = 2, timeout: int = 240,
+                 **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(torchrun_cmd(config, overrides, nproc), cwd=REPO, env=recipe_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line]
+
+
+@pytest.fixture
+def tiny_gpt() -> Path:
+    return TINY_GPT

@@ -1,0 +1,54 @@
+"""Every catalog entry has a complete config that checks, and the preset table has what core reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipes.catalog import catalog
+from recipes.config import CONFIGS_DIR, ConfigError, load_config, load_presets, parse_config, resolve_compression
+
+ALL = [(m, s) for m, sizes in catalog().items() for s in sizes]
+
+
+@pytest.mark.parametrize("model,size", ALL)
+def test_every_model_size_has_a_valid_config_with_its_command(model, size):
+    path = CONFIGS_DIR / model / f"{size}.yaml"
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# torchrun") and f"recipes/configs/{model}/{size}.yaml" in first
+    cfg = load_config(path)
+    assert (cfg.model, cfg.size) == (model, size)
+
+
+def test_no_config_without_catalog_entry():
+    files = {(p.parent.name, p.stem) for p in CONFIGS_DIR.glob("*/*.yaml")}
+    assert files == set(ALL)
+
+
+def test_presets_table_has_what_core_and_planner_read():
+    presets = load_presets()
+    assert list(presets) == ["none", "low", "medium", "high", "ultra"]
+    assert presets["none"]["algorithm"] == "ddp"
+    for name, p in presets.items():
+        assert p["algorithm"] in ("ddp", "diloco", "demo"), name
+        assert isinstance(p["inner_steps"], int) and p["inner_steps"] >= 1
+        assert p["bits"] in (32, 16, 8, 4)
+        assert isinstance(p["description"], str) and p["description"]
+    h = [p["inner_steps"] for p in presets.values()]
+    assert h == sorted(h), "higher presets synchronise less often"
+
+
+def test_overrides_apply_and_resolve_the_preset():
+    base = {"model": "gpt-neo", "size": "tiny", "steps": 10, "out_dir": "x"}
+    cfg = parse_config(base, ["gradient_compression=high", "diloco.inner_steps=7", "optim.lr=1e-4"])
+    comp = resolve_compression(cfg)
+    assert (comp.algorithm, comp.inner_steps, comp.bits) == ("diloco", 7, 4)
+    assert cfg.optim.lr == pytest.approx(1e-4)
+
+
+def test_bad_override_is_reported_not_ignored():
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"model": "gpt-neo", "size": "tiny"}, ["optim.nope=1", "steps=0"])
+    assert {e["path"] for e in exc.value.errors} == {"optim.nope"}
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"model": "gpt-neo", "size": "tiny"}, ["steps=0"])
+    assert [e["path"] for e in exc.value.errors] == ["steps"]
