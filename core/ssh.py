@@ -158,6 +158,8 @@ def _transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc, (EOFError, ConnectionResetError)):
         return True
+    if isinstance(exc.__context__, (socket.timeout, TimeoutError)):
+        return False  # a server that said nothing in time: retrying only waits longer
     text = str(exc).lower()
     return isinstance(exc, paramiko.SSHException) and ("banner" in text or "reset" in text)
 
@@ -227,7 +229,8 @@ class Connection:
         if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
             return Unreachable(f"{where}: connection refused — no SSH server on port {self.port}",
                                "check the port in --endpoint HOST:PORT and that sshd runs")
-        if isinstance(exc, (socket.timeout, TimeoutError)):
+        if isinstance(exc, (socket.timeout, TimeoutError)) or \
+                isinstance(exc.__context__, (socket.timeout, TimeoutError)):
             return Unreachable(f"{where}: no answer within {self.connect_timeout:g}s",
                                "check the address, that the server is up and that a "
                                "firewall lets SSH through")
