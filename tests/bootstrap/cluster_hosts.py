@@ -14,19 +14,15 @@ from core.nodes import add_nodes
 from core.ssh import Connection
 from core.store import Store
 from tests import testhosts
-from tests.testhosts import PRIVATE_DIRS, TestHost
+from tests.testhosts import TestHost
 
 PREFIX = "gtw"
 SUBNET = "10.202.0.0/24"
 MESH_SUBNET = "10.203.0.0/24"
-# A private, empty /root too: like a fresh server, and this machine's ~/.bashrc (pyenv
-# init, which starts a background `pyenv rehash`) never runs in SSH sessions — a rehash
-# killed by the hosts' teardown leaves a stale lock that stalls every shell for 60 s.
-HOST_DIRS = PRIVATE_DIRS + ("/root",)
 
 
 def create(n: int) -> list[TestHost]:
-    return testhosts.create_hosts(n, PREFIX, SUBNET, private_dirs=HOST_DIRS)
+    return testhosts.create_hosts(n, PREFIX, SUBNET)
 
 
 def add_host_nodes(store: Store, hosts: list[TestHost]) -> list[str]:

@@ -10,7 +10,7 @@ from core.models import Node
 from core.nodes import add_nodes
 from core.secrets import SecretStore
 from core.store import Store
-from tests.bootstrap.cluster_hosts import (HOST_DIRS, MESH_SUBNET, PREFIX, SUBNET, ShellFactory,
+from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, SUBNET, ShellFactory,
                                            add_host_nodes)
 
 HOSTS = ["198.51.100.10", "198.51.100.11", "203.0.113.12"]
@@ -115,7 +115,7 @@ esac
 
 
 def test_waits_are_bounded_and_say_what_they_waited_for(make_test_hosts, geotrain_home, tmp_path):
-    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET, private_dirs=HOST_DIRS)
+    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "k3s").write_text(STAND_IN)
@@ -148,7 +148,7 @@ def test_kubeconfig_is_fetched_rewritten_and_stored(make_test_hosts, geotrain_ho
     from core.clusters import get_cluster
     from tests.bootstrap.test_cli import K3S_YAML
 
-    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET, private_dirs=HOST_DIRS)
+    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
     hosts[0].run(f"mkdir -p /run/geotrain/k3s && cat > /run/geotrain/k3s/k3s.yaml <<'EOF'\n"
                  f"{K3S_YAML}EOF")
     store = Store()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from core.bootstrap.deploy import build_plan, deploy
 from core.clusters import get_cluster
 from core.store import Store, loads
-from tests.bootstrap.cluster_hosts import (HOST_DIRS, MESH_SUBNET, PREFIX, SUBNET,
+from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, SUBNET,
                                            CuttingShellFactory, ShellFactory, add_host_nodes,
                                            mesh_ping, peers_of)
 
@@ -19,7 +19,7 @@ def _public_keys(store: Store) -> dict[str, str]:
 
 
 def test_cut_host_fails_alone_and_rerun_completes(make_test_hosts, geotrain_home):
-    hosts = make_test_hosts(3, prefix=PREFIX, subnet=SUBNET, private_dirs=HOST_DIRS)
+    hosts = make_test_hosts(3, prefix=PREFIX, subnet=SUBNET)
     store = Store()
     names = add_host_nodes(store, hosts)
     victim = hosts[2]
