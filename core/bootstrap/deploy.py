@@ -36,12 +36,11 @@ def token_ref(cluster: str) -> str:
     return f"cluster/{cluster}/k3s-token"
 
 
-def ssh_shell(node: Node) -> Shell:
-    """The production shell: an SSH connection to the node, host key pinned."""
-    from core.ssh import Connection
+def pool_shells(store: Store) -> ShellFactory:
+    """The production shells: the node pool's SSH connections (pinned host keys, one key ring)."""
+    from core.node_pool import NodePool
 
-    return Connection(node.host, node.port, node.username, key_path=node.key_path,
-                      jump=node.jump)
+    return NodePool(store).connection
 
 
 @dataclass
@@ -122,9 +121,10 @@ def _targets(store: Store, plan: ClusterPlan, factory: ShellFactory | None, dry_
     log_dir = paths.home() / "logs" / "clusters" / plan.name
     log_dir.mkdir(parents=True, exist_ok=True)
     targets = {}
+    factory = None if dry_run else (factory or pool_shells(store))
     for spec in plan.nodes:
         node = get_node(store, spec.name)
-        shell = None if dry_run else (factory or ssh_shell)(node)
+        shell = None if dry_run else factory(node)
         session = NodeSession(spec.name, shell, None if dry_run else log_dir / f"{spec.name}.log",
                               log, secret_values, dry_run=dry_run, sudo=node.username != "root")
         gpus = node.facts.get("gpus") or []

@@ -125,3 +125,29 @@ def test_import_kubeconfig_merges_with_a_backup_and_never_overwrites(geotrain_ho
         "https://198.51.100.1:6443"
     backups = sorted(target.parent.glob("config.backup-*"))
     assert len(backups) == 2 and yaml.safe_load(backups[0].read_text()) == mine
+
+
+def test_deploy_through_the_cli_on_imported_nodes(make_test_hosts, geotrain_home, capsys,
+                                                  monkeypatch):
+    """The whole headless path: nodes imported with pinned keys, then deployed by name."""
+    from tests.bootstrap.cluster_hosts import PREFIX, SUBNET
+
+    monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", "")  # no internet: skip the public-IP probe
+    hosts = make_test_hosts(2, prefix=PREFIX, subnet=SUBNET)
+    for host in hosts:
+        assert main(["nodes", "import-ssh", "--name", host.name, "--endpoint", host.endpoint,
+                     "--username", "root", "--ssh-key-path", host.key_path,
+                     "--trust-host-key", host.fingerprint]) == 0
+    argv = ["clusters", "deploy", "pair", "--nodes", f"{hosts[0].name},{hosts[1].name}",
+            "--subnet", "10.203.0.0/24", "--only", "preflight,containerd,wireguard"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"[{hosts[1].name}] wireguard: ok" in out and "Summary:" in out
+    assert "pinged 1 peer(s)" in out
+    assert main(argv) == 0  # converged: a second run changes nothing and still succeeds
+    assert main(["clusters", "show", "pair", "--json"]) == 0
+    shown = capsys.readouterr().out
+    assert '"kind": "geotrain"' in shown and '"status": "READY"' in shown
+    assert main(["clusters", "delete", "pair"]) == 0
+    assert "cluster pair deleted" in capsys.readouterr().out
+    assert hosts[0].run("ip link show wg-geotrain", check=False).returncode != 0
