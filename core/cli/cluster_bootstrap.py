@@ -10,6 +10,7 @@ from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
 from core.bootstrap.teardown import delete_cluster, remove_node
 from core.cli.output import table
+from core.clusters import get_cluster
 from core.errors import InvalidInput
 from core.store import Store
 
@@ -37,6 +38,7 @@ def register(groups) -> None:
     p = clusters.add_parser("add-node", help="add a pool node to a cluster")
     p.add_argument("name")
     p.add_argument("node")
+    p.add_argument("--only", help="run only these steps (as for deploy)")
     p.set_defaults(handler=cmd_add_node)
     p = clusters.add_parser("remove-node", help="take a node out of a cluster")
     p.add_argument("name")
@@ -127,8 +129,10 @@ def cmd_delete(args) -> int:
 
 def cmd_add_node(args) -> int:
     store = Store()
+    get_cluster(store, args.name)  # adding to a cluster that does not exist is a mistake
     plan = build_plan(store, args.name, [args.node])
-    return _report(deploy(plan, store=store, on_event=_print_event))
+    return _report(deploy(plan, only=_split(args.only) or None, store=store,
+                          on_event=_print_event))
 
 
 def cmd_remove_node(args) -> int:

@@ -58,6 +58,7 @@ def test_bad_input_says_what_to_do(geotrain_home, capsys):
         (["clusters", "delete", "ghost"], "no cluster named 'ghost'"),
         (["clusters", "import-kubeconfig", "ghost"], "no cluster named 'ghost'"),
         (["clusters", "remove-node", "local", "n0"], "not in cluster 'local'"),
+        (["clusters", "add-node", "ghost", "n0"], "no cluster named 'ghost'"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
@@ -130,10 +131,10 @@ def test_import_kubeconfig_merges_with_a_backup_and_never_overwrites(geotrain_ho
 def test_deploy_through_the_cli_on_imported_nodes(make_test_hosts, geotrain_home, capsys,
                                                   monkeypatch):
     """The whole headless path: nodes imported with pinned keys, then deployed by name."""
-    from tests.bootstrap.cluster_hosts import PREFIX, SUBNET
+    from tests.bootstrap.cluster_hosts import PREFIX, SUBNET, peers_of
 
     monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", "")  # no internet: skip the public-IP probe
-    hosts = make_test_hosts(2, prefix=PREFIX, subnet=SUBNET)
+    hosts = make_test_hosts(3, prefix=PREFIX, subnet=SUBNET)
     for host in hosts:
         assert main(["nodes", "import-ssh", "--name", host.name, "--endpoint", host.endpoint,
                      "--username", "root", "--ssh-key-path", host.key_path,
@@ -145,9 +146,13 @@ def test_deploy_through_the_cli_on_imported_nodes(make_test_hosts, geotrain_home
     assert f"[{hosts[1].name}] wireguard: ok" in out and "Summary:" in out
     assert "pinged 1 peer(s)" in out
     assert main(argv) == 0  # converged: a second run changes nothing and still succeeds
+    assert main(["clusters", "add-node", "pair", hosts[2].name,
+                 "--only", "preflight,containerd,wireguard"]) == 0
+    assert "pinged 2 peer(s)" in capsys.readouterr().out
+    assert all(len(peers_of(h)) == 2 for h in hosts)
     assert main(["clusters", "show", "pair", "--json"]) == 0
     shown = capsys.readouterr().out
     assert '"kind": "geotrain"' in shown and '"status": "READY"' in shown
     assert main(["clusters", "delete", "pair"]) == 0
     assert "cluster pair deleted" in capsys.readouterr().out
-    assert hosts[0].run("ip link show wg-geotrain", check=False).returncode != 0
+    assert all(h.run("ip link show wg-geotrain", check=False).returncode != 0 for h in hosts)
