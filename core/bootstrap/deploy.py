@@ -20,6 +20,7 @@ from core.bootstrap.plan import (ClusterPlan, DeployContext, K3sOptions, NodeSpe
                                  ProgressEvent, VolcanoOptions, assign_mesh_ips, parse_subnet)
 from core.bootstrap.runner import DeploySummary, Step, run_steps
 from core.bootstrap.session import CommandLog, NodeSession, Shell
+from core.clusters import delete_cluster as delete_record
 from core.clusters import get_cluster, save_cluster
 from core.errors import InvalidInput, NotFound
 from core.models import Cluster, Node
@@ -89,8 +90,16 @@ def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None 
     if existing and subnet and subnet != config.get("subnet"):
         raise InvalidInput(f"cluster {name!r} already uses subnet {config.get('subnet')}",
                            "drop --subnet, or delete the cluster and deploy it again")
+    repeated = sorted({n for n in node_names if node_names.count(n) > 1})
+    if repeated:
+        raise InvalidInput(f"node {repeated[0]!r} is listed twice in --nodes",
+                           "name each node once")
     members = _members(store, name)
     order = list(members) + [n for n in node_names if n not in members]
+    strays = sorted(set(endpoints or {}) - set(order))
+    if strays:
+        raise InvalidInput(f"--endpoint names {strays[0]!r}, which is not one of the nodes",
+                           f"the nodes are {', '.join(order) or 'none'}")
     if not order:
         raise InvalidInput("no nodes given", "pass --nodes a,b,c (names from `geotrain nodes list`)")
     endpoints = {**config.get("endpoints", {}), **(endpoints or {})}
@@ -135,13 +144,26 @@ def _targets(store: Store, plan: ClusterPlan, factory: ShellFactory | None, dry_
     return targets
 
 
-def _record_start(store: Store, plan: ClusterPlan) -> None:
+def _record_start(store: Store, plan: ClusterPlan) -> Cluster | None:
+    """Mark the cluster DEPLOYING; returns the record as it was (None if it is new)."""
     try:
-        cluster = get_cluster(store, plan.name)
+        before = get_cluster(store, plan.name)
     except NotFound:
-        cluster = Cluster(name=plan.name, kind="geotrain")
-    cluster.status, cluster.config = "DEPLOYING", plan_config(plan)
+        before = None
+    cluster = Cluster(name=plan.name, kind="geotrain", status="DEPLOYING",
+                      config=plan_config(plan),
+                      kubeconfig_path=before.kubeconfig_path if before else None)
     save_cluster(store, cluster)
+    return before
+
+
+def _record_blocked(store: Store, before: Cluster | None, name: str) -> None:
+    """Preflight found blockers, so nothing changed: leave the records as they were."""
+    if before is None:
+        delete_record(store, name)
+        SecretStore().delete_prefix(f"cluster/{name}/")
+    else:
+        save_cluster(store, before)
 
 
 def _record_end(store: Store, plan: ClusterPlan, ctx: DeployContext,
@@ -166,7 +188,7 @@ def _record_end(store: Store, plan: ClusterPlan, ctx: DeployContext,
                 " VALUES (?,?,?,?,?,?) ON CONFLICT(cluster, src, dst) DO UPDATE SET"
                 " latency_ms=excluded.latency_ms, mbit_s=excluded.mbit_s,"
                 " measured_at=excluded.measured_at", (plan.name, src, dst, latency, mbit, now))
-        status = "READY" if not failed else ("FAILED" if summary.blocked else "DEGRADED")
+        status = "READY" if not failed else "DEGRADED"
         kubeconfig = ctx.shared.get("kubeconfig_path")
         conn.execute("UPDATE clusters SET status=?, updated_at=?,"
                      " kubeconfig_path=COALESCE(?, kubeconfig_path) WHERE name=?",
@@ -203,8 +225,7 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
                         on_event=on_event)
     ctx.shared["measured"] = measured_pairs(store, plan.name)
     ctx.shared["remeasure"] = only == ["netmatrix"]
-    if record:
-        _record_start(store, plan)
+    before = _record_start(store, plan) if record else None
     try:
         summary = run_steps(ctx, steps)
     finally:
@@ -213,6 +234,8 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
             close = getattr(target.session.shell, "close", None)
             if close:
                 close()
-    if record:
+    if record and summary.blocked:
+        _record_blocked(store, before, plan.name)
+    elif record:
         _record_end(store, plan, ctx, summary)
     return DeployResult(summary, log, targets)

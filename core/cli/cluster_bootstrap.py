@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from core.bootstrap import STEP_NAMES
 from core.bootstrap.deploy import DeployResult, build_plan, deploy
@@ -104,9 +105,15 @@ def cmd_deploy(args) -> int:
     plan = build_plan(store, args.name, _split(args.nodes), vpn=not args.no_vpn,
                       subnet=args.subnet, endpoints=_endpoints(args.endpoint))
     if args.k3s_bundle:
-        plan.k3s.bundle = args.k3s_bundle
+        if not Path(args.k3s_bundle, "k3s").is_file():
+            raise InvalidInput(f"--k3s-bundle {args.k3s_bundle} has no `k3s` binary",
+                               "put the release's k3s (and k3s-airgap-images-*.tar.zst) there")
+        plan.k3s.bundle = str(Path(args.k3s_bundle).resolve())
     if args.volcano_manifest:
-        plan.volcano.manifest = args.volcano_manifest
+        if not Path(args.volcano_manifest).is_file():
+            raise InvalidInput(f"--volcano-manifest {args.volcano_manifest} is not a file",
+                               "give the path of a copy of volcano-development.yaml")
+        plan.volcano.manifest = str(Path(args.volcano_manifest).resolve())
     only = _split(args.only) or None
     result = deploy(plan, only=only, dry_run=args.dry_run, store=store,
                     on_event=None if args.dry_run else _print_event)

@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
+from core.bootstrap.deploy import build_plan, deploy
 from core.bootstrap.kubeconfig import cluster_kubeconfig_path, rewrite, write_private
 from core.cli import main
+from core.cli.cluster_bootstrap import _report
 from core.clusters import list_clusters, save_cluster
 from core.models import Cluster, Node
-from core.nodes import add_nodes
+from core.nodes import add_nodes, get_node
 from core.store import Store
+from tests.bootstrap.cluster_hosts import PREFIX, SUBNET, ShellFactory, add_host_nodes, peers_of
 
-K3S_YAML = """apiVersion: v1
-clusters:
-- cluster:
-    certificate-authority-data: Q0EK
-    server: https://127.0.0.1:6443
-  name: default
-contexts:
-- context: {cluster: default, user: default}
-  name: default
-current-context: default
-kind: Config
-preferences: {}
-users:
-- name: default
-  user: {client-certificate-data: Q0VSVAo=, client-key-data: S0VZCg==}
-"""
+K3S_YAML = (Path(__file__).parent / "fixtures" / "k3s.yaml").read_text()  # as k3s writes it
 
 
 def _nodes():
@@ -59,6 +49,14 @@ def test_bad_input_says_what_to_do(geotrain_home, capsys):
         (["clusters", "import-kubeconfig", "ghost"], "no cluster named 'ghost'"),
         (["clusters", "remove-node", "local", "n0"], "not in cluster 'local'"),
         (["clusters", "add-node", "ghost", "n0"], "no cluster named 'ghost'"),
+        (["clusters", "deploy", "c1", "--nodes", "n0,n1,n0"], "'n0' is listed twice"),
+        (["clusters", "deploy", "c1", "--nodes", "n0", "--endpoint", "n2=1.2.3.4"],
+         "'n2', which is not one of the nodes"),
+        (["clusters", "deploy", "c1", "--nodes", "n0", "--k3s-bundle", "/nonexistent"],
+         "has no `k3s` binary"),
+        (["clusters", "deploy", "c1", "--nodes", "n0", "--volcano-manifest", "/nonexistent"],
+         "is not a file"),
+        (["clusters", "deploy", "c1", "--nodes", ""], "no nodes given"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
@@ -131,8 +129,6 @@ def test_import_kubeconfig_merges_with_a_backup_and_never_overwrites(geotrain_ho
 def test_deploy_through_the_cli_on_imported_nodes(make_test_hosts, geotrain_home, capsys,
                                                   monkeypatch):
     """The whole headless path: nodes imported with pinned keys, then deployed by name."""
-    from tests.bootstrap.cluster_hosts import PREFIX, SUBNET, peers_of
-
     monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", "")  # no internet: skip the public-IP probe
     hosts = make_test_hosts(3, prefix=PREFIX, subnet=SUBNET)
     for host in hosts:
@@ -156,3 +152,23 @@ def test_deploy_through_the_cli_on_imported_nodes(make_test_hosts, geotrain_home
     assert main(["clusters", "delete", "pair"]) == 0
     assert "cluster pair deleted" in capsys.readouterr().out
     assert all(h.run("ip link show wg-geotrain", check=False).returncode != 0 for h in hosts)
+
+
+def test_blockers_are_one_table_before_anything_changes(make_test_hosts, geotrain_home,
+                                                        capsys):
+    hosts = make_test_hosts(2, prefix=PREFIX, subnet=SUBNET)
+    hosts[1].run("setsid -f /usr/bin/python3 -c 'import socket,time; s=socket.socket(socket.AF_INET,"
+                 " socket.SOCK_DGRAM); s.bind((\"0.0.0.0\", 51820)); time.sleep(120)'"
+                 " </dev/null >/dev/null 2>&1")
+    store = Store()
+    names = add_host_nodes(store, hosts)
+    result = deploy(build_plan(store, "blk", names), shell_factory=ShellFactory(hosts),
+                    store=store)
+    assert result.summary.blocked and [f.node for f in result.summary.failures] == [names[1]]
+    assert "udp port 51820 (WireGuard) is taken by python3" in result.summary.failures[0].message
+    assert result.command_log.changes() == []  # not even the healthy node was touched
+    assert [c.name for c in list_clusters(store)] == ["local"]
+    assert all(get_node(store, n).status == "AVAILABLE" for n in names)
+    assert _report(result) == 1
+    out = capsys.readouterr().out
+    assert "Blockers (nothing was changed):" in out and f"{names[1]}  udp port 51820" in out

@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from core.bootstrap.deploy import build_plan, deploy, token_ref
+from core.bootstrap.kubeconfig import cluster_kubeconfig_path
+from core.clusters import get_cluster
 from core.models import Node
 from core.nodes import add_nodes
 from core.secrets import SecretStore
 from core.store import Store
 from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, SUBNET, ShellFactory,
                                            add_host_nodes)
+
+K3S_YAML = (Path(__file__).parent / "fixtures" / "k3s.yaml").read_text()
 
 HOSTS = ["198.51.100.10", "198.51.100.11", "203.0.113.12"]
 
@@ -144,10 +150,6 @@ def test_waits_are_bounded_and_say_what_they_waited_for(make_test_hosts, geotrai
 
 
 def test_kubeconfig_is_fetched_rewritten_and_stored(make_test_hosts, geotrain_home):
-    from core.bootstrap.kubeconfig import cluster_kubeconfig_path
-    from core.clusters import get_cluster
-    from tests.bootstrap.test_cli import K3S_YAML
-
     hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
     hosts[0].run(f"mkdir -p /run/geotrain/k3s && cat > /run/geotrain/k3s/k3s.yaml <<'EOF'\n"
                  f"{K3S_YAML}EOF")
