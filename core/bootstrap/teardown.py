@@ -19,6 +19,7 @@ from core.bootstrap.plan import ClusterPlan, DeployContext, NodeTarget, Progress
 from core.bootstrap.runner import DeploySummary, Phase, Step
 from core.bootstrap.session import CommandLog
 from core.bootstrap.services import RUN_DIR
+from core.bootstrap.wireguard_boot import config_path
 from core.bootstrap.wireguard_mesh import KEY_PATH
 from core.clusters import delete_cluster as delete_record
 from core.clusters import get_cluster
@@ -40,8 +41,10 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
         (stop_k3s, "stopping k3s"),
         (f"rm -rf {shlex.quote(opts.config_dir)} /var/lib/rancher/k3s {opts.bin_dir}/k3s",
          "removing k3s"),
-        (f"ip link del dev {plan.interface} 2>/dev/null; rm -f {KEY_PATH}; true",
-         "removing the mesh interface and key pair"),
+        ((f"systemctl disable wg-quick@{plan.interface} 2>/dev/null; " if systemd else "") +
+         f"ip link del dev {plan.interface} 2>/dev/null;"
+         f" rm -f {KEY_PATH} {config_path(plan.interface)}; true",
+         "removing the mesh interface, its boot config and key pair"),
         ("systemctl disable --now containerd" if systemd else
          f"pid=$(cat {RUN_DIR}/containerd.pid 2>/dev/null) && kill $pid; true",
          "stopping containerd"),

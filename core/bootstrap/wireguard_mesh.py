@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from core.bootstrap import host_facts, packages, paths_on_node
+from core.bootstrap import host_facts, packages, paths_on_node, wireguard_boot
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
@@ -175,7 +175,8 @@ def _interface(ctx: DeployContext, target: NodeTarget) -> str:
                      f"setting the mesh address {address}"))
     if not state.up or state.mtu != plan.mtu:
         todo.append((f"ip link set dev {iface} mtu {plan.mtu} up", f"bringing {iface} up"))
-    args, pending = peer_changes(state.peers or {}, desired_peers(ctx, target))
+    want = desired_peers(ctx, target)
+    args, pending = peer_changes(state.peers or {}, want)
     target.facts["wg_keepalive_pending"] = pending
     if args:
         todo.append((f"wg set {iface} " + " ".join(shlex.quote(a) for a in args),
@@ -187,6 +188,8 @@ def _interface(ctx: DeployContext, target: NodeTarget) -> str:
         session.change_all(todo)
     target.facts["wg_changed"] = bool(todo)
     done = [what for _, what in todo]
+    if wireguard_boot.ensure_boot(ctx, target, list(want.values()), KEY_PATH):
+        done.append("boot config written")
     return ", ".join(done) if done else "mesh interface up to date"
 
 
@@ -234,7 +237,8 @@ def _live(ctx: DeployContext, alive: list[NodeTarget]) -> list[NodeTarget]:
 def _probe(ctx: DeployContext, target: NodeTarget) -> dict[str, str]:
     return {"wg:missing": packages.missing_probe(["wg", "wireguard-go"]), "wg:pub": READ_PUBLIC,
             "wg:iface": interface_command(ctx.plan.interface),
-            f"file:{paths_on_node.NETPROBE}": file_state(paths_on_node.NETPROBE)}
+            f"file:{paths_on_node.NETPROBE}": file_state(paths_on_node.NETPROBE),
+            **wireguard_boot.probe(ctx)}
 
 
 STEP = Step("wireguard", [Phase("tools", _tools), Phase("keys", _keys),

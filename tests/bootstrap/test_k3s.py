@@ -166,3 +166,16 @@ def test_kubeconfig_is_fetched_rewritten_and_stored(make_test_hosts, geotrain_ho
     assert all("S0VZCg==" not in r.command for r in result.command_log.records)
     log = next(geotrain_home.rglob(f"{hosts[0].name}.log")).read_text()
     assert "S0VZCg==" not in log  # the client key is not logged
+
+
+def test_mesh_comes_back_at_boot_where_systemd_runs(geotrain_home):
+    result, _ = _dry_run(geotrain_home, ["wireguard"])
+    conf = _puts(result, "gpu1")["/etc/wireguard/wg-geotrain.conf"]
+    assert conf.command.endswith("mode 600")
+    text = conf.content
+    assert "Address = 10.77.0.2/24" in text and "MTU = 1380" in text
+    assert "PostUp = wg set %i private-key /etc/wireguard/geotrain.key" in text
+    assert "PrivateKey" not in text and text.count("[Peer]") == 2
+    assert "Endpoint = 198.51.100.10:51820" in text and "AllowedIPs = 10.77.0.1/32" in text
+    assert "systemctl enable wg-quick@wg-geotrain" in [
+        r.command for r in result.command_log.changes("gpu1")]
