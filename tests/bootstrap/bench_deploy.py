@@ -28,10 +28,21 @@ ONLY = ["preflight", "containerd", "wireguard"]
 def _timed(store, name, names, hosts, subnet=None):
     plan = build_plan(store, name, names, subnet=subnet)
     started = time.monotonic()
-    result = deploy(plan, only=ONLY, shell_factory=ShellFactory(hosts), store=store)
+    ends: dict[str, float] = {}
+
+    def on_event(event):
+        if event.state == "done":
+            ends[event.step] = time.monotonic() - started
+
+    result = deploy(plan, only=ONLY, shell_factory=ShellFactory(hosts), store=store,
+                    on_event=on_event)
     seconds = time.monotonic() - started
     if not result.summary.ok:
         sys.exit("deploy failed: " + "; ".join(result.summary.lines()))
+    trips = max(sum(1 for r in result.command_log.for_node(n) if r.seconds) for n in names)
+    print(f"  {name} on {len(names)} host(s): {seconds:.2f}s, steps done at "
+          + ", ".join(f"{step} {at:.2f}s" for step, at in ends.items())
+          + f"; at most {trips} round trips per node", flush=True)
     return seconds, result
 
 

@@ -38,7 +38,7 @@ def cluster(tmp_path_factory):
             result = deploy(plan, only=ONLY, shell_factory=ShellFactory(hosts), store=store,
                             on_event=events.append)
             yield {"hosts": hosts, "store": store, "names": names, "result": result,
-                   "events": events}
+                   "events": events, "home": tmp_path_factory.getbasetemp()}
         finally:
             testhosts.teardown(PREFIX)
 
@@ -84,6 +84,9 @@ def test_private_keys_stay_on_their_node(cluster):
         assert all(private not in r.command and private not in (r.content or "") for r in records)
         with cluster["store"].read() as conn:
             assert private not in str([tuple(r) for r in conn.execute("SELECT * FROM cluster_nodes")])
+        logs = list(cluster["home"].rglob("*.log"))
+        assert len(logs) >= 3 and all(private not in p.read_text() for p in logs)
+        assert all(private not in e.message for e in cluster["events"])
 
 
 def test_network_matrix_holds_six_measured_entries(cluster):
