@@ -11,7 +11,7 @@ import shlex
 from typing import Callable
 
 from core.bootstrap import k3s, services
-from core.bootstrap.containerd import BACKUP_PATH, CONFIG_PATH
+from core.bootstrap.containerd import BACKUP_PATH, CONFIG_PATH, SOCKET
 from core.bootstrap.deploy import AVAILABLE, DeployResult, ShellFactory, build_plan, deploy
 from core.bootstrap.kubeconfig import cluster_kubeconfig_path
 from core.bootstrap.packages import APT
@@ -39,8 +39,14 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
                          for n in ("k3s", "k3s-agent")) + " true")
     cmds = [
         (stop_k3s, "stopping k3s"),
-        (f"rm -rf {shlex.quote(opts.config_dir)} /var/lib/rancher/k3s {opts.bin_dir}/k3s",
-         "removing k3s"),
+        (f"rm -rf {shlex.quote(opts.config_dir)} /var/lib/rancher/k3s {opts.bin_dir}/k3s;"
+         " ip link del flannel.1 2>/dev/null; ip link del cni0 2>/dev/null; true",
+         "removing k3s and its network devices"),
+        (f"if [ -S {SOCKET} ]; then c='ctr --address {SOCKET} -n k8s.io';"
+         " for t in $($c tasks ls -q); do $c tasks kill -s KILL $t; done; sleep 1;"
+         " for t in $($c tasks ls -q); do $c tasks rm -f $t; done;"
+         " $c containers ls -q | xargs -r $c containers rm; fi; true",
+         "removing the pods' containers"),
         ((f"systemctl disable wg-quick@{plan.interface} 2>/dev/null; " if systemd else "") +
          f"ip link del dev {plan.interface} 2>/dev/null;"
          f" rm -f {KEY_PATH} {config_path(plan.interface)}; true",
