@@ -166,3 +166,18 @@ def test_a_gate_step_stops_everything(tmp_path):
     summary = run_steps(ctx, [Step("gate", [Phase("check", check)], gate=True),
                               Step("after", [Phase("x", lambda c, t: ran.append(t.name))])])
     assert summary.blocked and ran == []
+
+
+def test_the_wizard_core_imports_no_ui_ssh_or_kubernetes_library():
+    """Layering: the TUI shows events; only core/ssh.py speaks paramiko."""
+    import ast
+
+    root = Path(__file__).parents[2] / "core"
+    files = list((root / "bootstrap").glob("*.py")) + [root / "cli" / "cluster_bootstrap.py"]
+    banned = {"textual", "rich", "paramiko", "kubernetes", "tui"}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not {n.split(".")[0] for n in names} & banned, (path.name, names)
+    assert len(files) > 15
