@@ -167,7 +167,7 @@ def run(cfg: TrainConfig) -> int:
             losses, window_start = [], time.perf_counter()
         if every and step % every == 0 and step < cfg.steps:
             trainer.save(uploader)
-    trainer.algo.finish()
+    trainer.algo.finish(trainer.step)
     result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,
               **trainer.evaluate()}
     if rt.rank == 0 and "eval_loss" in result:
