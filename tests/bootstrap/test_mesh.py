@@ -126,6 +126,6 @@ def test_remove_node_then_delete_cluster(cluster):
     for host in hosts[:2]:
         assert host.run("ip link show wg-geotrain", check=False).returncode != 0
         assert host.run("test -e /etc/wireguard/geotrain.key", check=False).returncode != 0
-        assert host.run("ctr --address /run/containerd/containerd.sock version",
-                        check=False).returncode != 0
+        assert host.run("ctr --address /run/containerd/containerd.sock --connect-timeout 1s"
+                        " version", check=False).returncode != 0
     assert all(get_node(store, n).cluster is None for n in cluster["names"])
