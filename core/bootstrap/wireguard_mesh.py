@@ -207,25 +207,27 @@ def _verify(ctx: DeployContext, target: NodeTarget) -> str:
     if not target.facts.get("wg_changed") and live_keys <= fresh:  # a no-op re-run
         return f"{len(others)} peer(s) answered within {HANDSHAKE_FRESH}s (keepalive {KEEPALIVE}s)"
     probe = paths_on_node.ensure_netprobe(target)
-    result = target.session.fact(
-        f"{probe} ping --timeout {ctx.plan.mesh_timeout:g} {' '.join(others)}",
-        timeout=ctx.plan.mesh_timeout + 30)
-    failed = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("fail")]
+    ping = f"{probe} ping --timeout {ctx.plan.mesh_timeout:g} {' '.join(others)}"
+    pending = target.facts.get("wg_keepalive_pending") or []
+    timeout = ctx.plan.mesh_timeout + 30
+    if pending:  # first contact: keepalives go on once the pings got through, same round trip
+        args = " ".join(f"peer {key} persistent-keepalive {KEEPALIVE}" for key in pending)
+        result = target.session.change(f"{ping} && wg set {ctx.plan.interface} {args}",
+                                       timeout=timeout, check=False)
+    else:
+        result = target.session.fact(ping, timeout=timeout)
     if ctx.dry_run:
-        keys = target.facts.get("wg_keepalive_pending") or []
-        args = " ".join(f"peer {key} persistent-keepalive {KEEPALIVE}" for key in keys)
-        target.session.change(f"wg set {ctx.plan.interface} {args}", what="turning on keepalives")
         return "verify skipped (dry run)"
-    if failed or not result.ok:
+    answers = [line.split() for line in result.stdout.splitlines()]
+    failed = [words[1] for words in answers if words[:1] == ["fail"]]
+    if failed:
         names = [t.name for t in ctx.shared["wg_live"] if t.spec.mesh_ip in failed]
-        raise StepFailed(f"no answer over the mesh from {', '.join(names) or 'peers'} within "
+        raise StepFailed(f"no answer over the mesh from {', '.join(names)} within "
                          f"{ctx.plan.mesh_timeout:g}s (check UDP {ctx.plan.listen_port} is open"
                          " between the nodes, or set an endpoint for NAT)")
-    pending = target.facts.get("wg_keepalive_pending") or []
-    if pending:
-        args = " ".join(f"peer {key} persistent-keepalive {KEEPALIVE}" for key in pending)
-        target.session.change(f"wg set {ctx.plan.interface} {args}",
-                              what="turning on keepalives")
+    if not result.ok:
+        lines = result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"]
+        raise StepFailed(f"checking the mesh failed: {lines[-1]}")
     return f"pinged {len(others)} peer(s) over the mesh"
 
 
