@@ -179,3 +179,41 @@ def test_mesh_comes_back_at_boot_where_systemd_runs(geotrain_home):
     assert "Endpoint = 198.51.100.10:51820" in text and "AllowedIPs = 10.77.0.1/32" in text
     assert "systemctl enable wg-quick@wg-geotrain" in [
         r.command for r in result.command_log.changes("gpu1")]
+
+
+READY_STAND_IN = """#!/bin/sh
+# A stand-in for k3s whose API answers and lists one node, Ready once {flag} exists.
+case "$1" in
+  --version) echo "k3s version v1.31.4+k3s1 (stand-in)";;
+  server|agent) exec sleep 3600;;
+  kubectl) case "$*" in
+      *readyz*) exit 0;;
+      *"get nodes"*) if [ -e {flag} ]; then echo {node}=True; else echo {node}=False; fi;;
+      *) exit 1;;
+    esac;;
+  *) exit 1;;
+esac
+"""
+
+
+def test_success_only_when_every_node_is_ready(make_test_hosts, geotrain_home, tmp_path):
+    hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    flag = "/run/geotrain/node-ready"
+    (bundle / "k3s").write_text(READY_STAND_IN.format(flag=flag, node=hosts[0].name))
+    store = Store()
+    plan = build_plan(store, "ready", add_host_nodes(store, hosts), subnet=MESH_SUBNET)
+    plan.k3s.bundle, plan.k3s.api_timeout, plan.k3s.ready_timeout = str(bundle), 3, 3
+    plan.k3s.bin_dir, plan.k3s.config_dir = "/run/geotrain/bin", "/run/geotrain/k3s"
+    factory = ShellFactory(hosts)
+    first = deploy(plan, only=["k3s"], shell_factory=factory, store=store)
+    [failure] = first.summary.failures
+    assert (failure.step, failure.phase) == ("k3s", "ready")
+    assert failure.message == (f"gave up after 3s waiting for nodes {hosts[0].name} to be Ready"
+                               f" on {hosts[0].name}")
+    hosts[0].run(f"touch {flag}")
+    second = deploy(plan, only=["k3s"], shell_factory=factory, store=store)
+    assert second.summary.ok, second.summary.lines()
+    third = deploy(plan, only=["k3s"], shell_factory=factory, store=store)
+    assert third.summary.ok and third.command_log.changes() == []
