@@ -93,6 +93,7 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
     have = session.fact(f"{binary} --version 2>/dev/null | head -1").stdout
     if plan.k3s.version in have.split():
         return f"k3s {plan.k3s.version} present"
+    target.facts["k3s_changed"] = True  # a new binary: the service restarts on it
     session.change(f"mkdir -p {plan.k3s.bin_dir} {IMAGES_DIR}", what="creating k3s dirs")
     if plan.k3s.bundle:
         bundle = Path(plan.k3s.bundle)
@@ -126,7 +127,7 @@ def _configure(ctx: DeployContext, target: NodeTarget) -> str:
         if session.ensure_file(unit, render_unit(plan, target.spec.role)):
             session.change("systemctl daemon-reload", what="reloading systemd")
             changed = True
-    target.facts["k3s_changed"] = changed
+    target.facts["k3s_changed"] = target.facts.get("k3s_changed", False) or changed
     return "configuration written" if changed else "configuration up to date"
 
 
