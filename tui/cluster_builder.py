@@ -1,9 +1,8 @@
 """The cluster wizard's calls into core, in one place: plan, preflight, deploy with
 per-node events, per-node logs, kubeconfig import, network matrix.
 
-The wizard core (core.bootstrap) lands on main separately; it is imported lazily here so
-the app works without it, and the screen sees only this small surface. Tests pass a
-stand-in with the same methods."""
+core.bootstrap is imported lazily (it pulls in SSH), and the screen sees only this small
+surface; tests pass a stand-in with the same methods for the full deploy."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Stands in for the wizard core (core.bootstrap, on branch wip/wizard, not yet on main)
-behind the surface of tui.cluster_builder.ClusterBuilder: it emits the same per-node
-events its runner does, writes per-node logs and a network matrix in the real store."""
+"""Stands in for the wizard core (core.bootstrap) behind the surface of
+tui.cluster_builder.ClusterBuilder for a full deploy, which for real installs containerd,
+k3s and Volcano from the network: it emits the same per-node events the runner does,
+writes per-node logs and a network matrix in the real store, and can pause mid-deploy."""
 
 from __future__ import annotations
 

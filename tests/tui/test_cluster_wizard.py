@@ -1,6 +1,5 @@
-"""Pilot test of the cluster wizard, run to the progress view and on to done, against a
-stand-in for the wizard core (see stand_in_builder.py); the real core is wired in
-tui/cluster_builder.py."""
+"""Pilot tests of the cluster wizard: the real preflight on an sshd test host (root), and a
+full run to the progress view and on to done against a stand-in (stand_in_builder.py)."""
 
 import asyncio
 
@@ -64,4 +63,35 @@ def test_wizard_picks_nodes_runs_preflight_and_shows_progress_per_node_and_step(
             await pilot.press("k")
             await until(pilot, lambda: any("merged context" in n.message
                                            for n in app._notifications))
+    asyncio.run(run())
+
+
+def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hosts, geotrain_home,
+                                                                   monkeypatch):
+    """The real core.bootstrap preflight over SSH against an sshd test host (root)."""
+    from core.node_pool import ImportRequest, NodePool, Prompts
+
+    monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", "")
+    (host,) = make_test_hosts(1, prefix="gtw", subnet="10.214.0.0/24")
+    NodePool(prompts=Prompts(trusted={host.fingerprint})).import_nodes([ImportRequest(
+        name="w1", host=host.ip, port=host.port, username=host.user, key_path=host.key_path)])
+    app = make_app(poll_seconds=0)
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("3")
+            await on_screen(pilot, ClusterWizardScreen)
+            picker = app.screen.query_one(SelectionList)
+            await until(pilot, lambda: picker.option_count == 1)
+            await pilot.press("space", "enter", "enter")
+            await until(pilot, lambda: "preflight" in app.screen.outcomes, 120)
+            table = app.screen.query_one("#preflight-table", ProgressTable)
+            state = table.states[("w1", "preflight")]
+            outcome = app.screen.outcomes["preflight"]
+            assert state == ("done" if outcome.ok else "failed")
+            assert outcome.lines and outcome.lines[0].startswith("w1:")
+            await pilot.press("l")
+            await on_screen(pilot, NodeLogScreen)
+            view = app.screen.query_one(LogView)
+            await until(pilot, lambda: view.line_count > 0)
     asyncio.run(run())
