@@ -18,6 +18,14 @@ from tui.widgets.net_matrix import NetMatrix
 from tui.widgets.progress_table import ProgressTable
 
 
+async def _open_wizard(pilot, nodes: int) -> SelectionList:
+    await pilot.press("3")
+    await on_screen(pilot, ClusterWizardScreen)
+    picker = pilot.app.screen.query_one(SelectionList)
+    await until(pilot, lambda: picker.option_count == nodes)
+    return picker
+
+
 def test_wizard_picks_nodes_runs_preflight_and_shows_progress_per_node_and_step(seeded):
     service, _ = seeded
     extra = states.recorded_nodes()[1]
@@ -28,10 +36,7 @@ def test_wizard_picks_nodes_runs_preflight_and_shows_progress_per_node_and_step(
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("3")
-            await on_screen(pilot, ClusterWizardScreen)
-            picker = app.screen.query_one(SelectionList)
-            await until(pilot, lambda: picker.option_count == 3)
+            picker = await _open_wizard(pilot, 3)
             assert picker.get_option_at_index(1).disabled  # fra-1 is BLOCKED (Docker)
             await pilot.press("enter")  # nothing selected: refused
             assert app.screen.stage == "pick"
@@ -79,10 +84,7 @@ def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hos
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("3")
-            await on_screen(pilot, ClusterWizardScreen)
-            picker = app.screen.query_one(SelectionList)
-            await until(pilot, lambda: picker.option_count == 1)
+            picker = await _open_wizard(pilot, 1)
             await pilot.press("space", "enter", "enter")
             await until(pilot, lambda: "preflight" in app.screen.outcomes, 120)
             table = app.screen.query_one("#preflight-table", ProgressTable)
