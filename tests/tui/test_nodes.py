@@ -65,3 +65,26 @@ def test_import_a_node_from_the_form_against_a_test_host(make_test_hosts, geotra
             row = [str(c) for c in app.screen.query_one(DataTable).get_row("dc1-gpu")]
             assert row[1:3] == ["dc-1", "AVAILABLE"]
     asyncio.run(run())
+
+
+def test_import_form_shows_what_is_wrong_inline_and_adds_nothing(app, seeded, tmp_path):
+    service, _ = seeded
+    bad = tmp_path / "servers.yaml"
+    bad.write_text("nodes:\n  - name: x\n    endpoint: [\n")
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("2")
+            await on_screen(pilot, NodesScreen)
+            await pilot.press("i")
+            await on_screen(pilot, NodeImportScreen)
+            error = app.screen.query_one("#form-error")
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: "endpoint" in str(error.render()))
+            app.screen.query_one("#file", Input).value = str(bad)
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: "servers.yaml" in str(error.render()))
+            assert isinstance(app.screen, NodeImportScreen)
+    asyncio.run(run())
+    from core.nodes import list_nodes
+    assert [n.name for n in list_nodes(service.store)] == ["ams-2", "fra-1"]
