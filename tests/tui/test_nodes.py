@@ -16,6 +16,13 @@ def _names(app) -> list[str]:
     return [key.value for key in app.screen.query_one(DataTable).rows]
 
 
+async def _open_import_form(pilot) -> None:
+    await pilot.press("2")
+    await on_screen(pilot, NodesScreen)
+    await pilot.press("i")
+    await on_screen(pilot, NodeImportScreen)
+
+
 def test_nodes_table_details_and_remove(app, seeded):
     service, _ = seeded
 
@@ -48,10 +55,7 @@ def test_import_a_node_from_the_form_against_a_test_host(make_test_hosts, geotra
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("2")
-            await on_screen(pilot, NodesScreen)
-            await pilot.press("i")
-            await on_screen(pilot, NodeImportScreen)
+            await _open_import_form(pilot)
             for field, value in (("name", "dc1-gpu"), ("endpoint", host.endpoint),
                                  ("username", host.user), ("key", host.key_path),
                                  ("datacenter", "dc-1")):
@@ -74,10 +78,7 @@ def test_import_form_shows_what_is_wrong_inline_and_adds_nothing(app, seeded, tm
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("2")
-            await on_screen(pilot, NodesScreen)
-            await pilot.press("i")
-            await on_screen(pilot, NodeImportScreen)
+            await _open_import_form(pilot)
             error = app.screen.query_one("#form-error")
             await pilot.press("ctrl+s")
             await until(pilot, lambda: "endpoint" in str(error.render()))
