@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from core import paths
+from core.clusters import network_matrix
 from core.errors import GeotrainError
 from core.store import Store
 
@@ -94,7 +95,4 @@ class ClusterBuilder:
         return merge(cluster, store=self.store)
 
     def net_matrix(self, cluster: str) -> list[tuple[str, str, float | None, float | None]]:
-        with self.store.read() as conn:
-            rows = conn.execute("SELECT src, dst, latency_ms, mbit_s FROM net_matrix WHERE cluster=?"
-                                " ORDER BY src, dst", (cluster,)).fetchall()
-        return [(r["src"], r["dst"], r["latency_ms"], r["mbit_s"]) for r in rows]
+        return network_matrix(self.store, cluster)
