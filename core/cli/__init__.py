@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "core.cli.workspaces",
     "core.cli.clusters",
     "core.cli.nodes",
+    "core.cli.cluster_plan",
 ]
 
 
