@@ -25,6 +25,8 @@ DEFAULT_TARGET = 0.95
 
 @dataclass(frozen=True)
 class Link:
+    """One row of the network matrix; latency_ms is the round trip, as the wizard's probe measures it."""
+
     src: str
     dst: str
     latency_ms: float
@@ -122,7 +124,8 @@ def sync_seconds(exchange: Exchange, net: Network, efficiency: float = DEFAULT_E
     if net.workers <= 1 or math.isinf(net.mbit_s):
         return 0.0
     transfer = exchange.wire_bytes(net.workers) / (net.bytes_per_s * efficiency)
-    return transfer + exchange.rounds(net.workers) * net.latency_ms / 1000
+    # each ring round waits for one hop: half a round trip
+    return transfer + exchange.rounds(net.workers) * net.latency_ms / 2000
 
 
 def estimate(name: str, preset: dict[str, Any], params: int, compute_s: float, net: Network,

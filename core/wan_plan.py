@@ -67,7 +67,8 @@ def links_from_file(path: str | Path) -> list[planner.Link]:
         where = f"{path.name} link {i + 1}"
         if not isinstance(row, dict) or any(k not in row for k in LINK_FIELDS):
             raise InvalidInput(f"{where} needs the fields {', '.join(LINK_FIELDS)}", f"found {row!r}")
-        links.append(planner.Link(str(row["src"]), str(row["dst"]), _number(row["latency_ms"], where, "latency_ms"),
+        links.append(planner.Link(str(row["src"]), str(row["dst"]),
+                                  _number(row["latency_ms"], where, "latency_ms"),
                                   _number(row["mbit_s"], where, "mbit_s")))
     return links
 

@@ -6,9 +6,13 @@
 
 Each datacenter's uplink is shaped with `tbf` on both veth ends (egress of the
 datacenter and egress of the hub towards it), so traffic between two datacenters
-crosses two shaped links of the same rate. The kernel here has no `netem`, so no
-latency is added. Root only. Namespaces carry a fixed prefix; `teardown()` removes
-every namespace with it, including leftovers of a crashed run.
+crosses two shaped links of the same rate. The kernel here has no `netem`; with
+`rtt_ms` each datacenter runs recipes/wan_delay.py, a user-space delay line on its
+egress (half the round trip each way). `window_kb` caps TCP socket buffers in the
+datacenters, so one connection carries at most window/RTT: the regime of a long
+fat link, scaled down to rates a user-space delay line can carry. Root only.
+Namespaces carry a fixed prefix; `teardown()` removes every namespace with it,
+including leftovers of a crashed run.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -64,7 +69,10 @@ class Wan:
 
     datacenters: int = 2
     mbit: float = 50.0
+    rtt_ms: float = 0.0
+    window_kb: int = 0
     names: list[str] = field(default_factory=list)
+    delay_lines: list[subprocess.Popen] = field(default_factory=list)
 
     def address(self, i: int) -> str:
         return f"{SUBNET}.{i + 1}"
@@ -81,15 +89,45 @@ class Wan:
             self.names.append(ns)
             sh("ip", "-n", HUB, "link", "add", f"h{i}", "type", "veth", "peer", "name", IFACE, "netns", ns)
             sh("ip", "-n", HUB, "link", "set", f"h{i}", "master", "br0", "up")
-            sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", IFACE)
+            prefix = 32 if self.rtt_ms > 0 else 24  # with a delay line, peers are routed via its TUN
+            sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/{prefix}", "dev", IFACE)
             sh("ip", "-n", ns, "link", "set", IFACE, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             if self.mbit > 0:
                 shape(ns, IFACE, self.mbit)
                 shape(HUB, f"h{i}", self.mbit)
+            if self.window_kb > 0:
+                limit = f"4096 {min(87380, self.window_kb * 1024)} {self.window_kb * 1024}"
+                ns_exec(ns, "sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={limit}", f"net.ipv4.tcp_wmem={limit}")
+        if self.rtt_ms > 0:
+            self._start_delay_lines()
         return self
 
+    def mac(self, i: int) -> str:
+        return ns_exec(self.names[i], "cat", f"/sys/class/net/{IFACE}/address").stdout.strip()
+
+    def _start_delay_lines(self) -> None:
+        from pathlib import Path
+
+        root = str(Path(__file__).resolve().parents[1])
+        macs = [self.mac(i) for i in range(self.datacenters)]
+        for i, ns in enumerate(self.names):
+            peers = [f"--peer={self.address(j)}={macs[j]}" for j in range(self.datacenters) if j != i]
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "recipes.wan_delay",
+                                     "--delay-ms", str(self.rtt_ms / 2), "--iface", IFACE, *peers],
+                                    cwd=root, stdout=subprocess.PIPE, text=True,
+                                    env={**os.environ, "PYTHONPATH": root})
+            self.delay_lines.append(proc)
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the delay line in {ns} did not start")
+            sh("ip", "-n", ns, "link", "set", "wdelay0", "up", "txqueuelen", "10000")
+            sh("ip", "-n", ns, "route", "add", f"{SUBNET}.0/24", "dev", "wdelay0", "src", self.address(i))
+
     def down(self) -> None:
+        for proc in self.delay_lines:
+            proc.kill()
+            proc.wait()
+        self.delay_lines.clear()
         teardown()
         self.names.clear()
 

@@ -35,7 +35,11 @@ METHODS: dict[str, list[str]] = {
     "high": ["gradient_compression=high"],
     "high-overlap": ["gradient_compression=high", "diloco.overlap=true"],
     "ultra": ["gradient_compression=ultra"],
+    "ddp-4streams": ["gradient_compression=none"],
+    "low-4streams": ["gradient_compression=low"],
 }
+METHOD_ENV = {"ddp-4streams": {"GEOTRAIN_WAN_STREAMS": "4"}, "low-4streams": {"GEOTRAIN_WAN_STREAMS": "4"}}
+DEFAULT_METHODS = ["ddp", "low", "low-overlap", "medium", "high", "high-overlap", "ultra"]
 QUICK_METHODS = ["ddp", "low", "low-overlap", "high", "high-overlap"]
 SHARED = ["device=cpu", "dist.backend=gloo", f"dist.socket_ifname={netns.IFACE}",
           "data.source=markov", "data.markov_order=1", "data.markov_vocab=64", "data.markov_alpha=0.1",
@@ -65,7 +69,8 @@ def run_method(wan: netns.Wan, name: str, size: str, steps: int, workdir: Path, 
     out = workdir / name
     overrides = [*METHODS[name], f"size={size}", f"steps={steps}", f"out_dir={out}"]
     before = wan.tx_bytes()
-    procs = [subprocess.Popen(worker_cmd(wan, r, overrides), cwd=REPO, env=worker_env(),
+    env = {**worker_env(), **METHOD_ENV.get(name, {})}
+    procs = [subprocess.Popen(worker_cmd(wan, r, overrides), cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(wan.datacenters)]
     logs = []
@@ -114,6 +119,7 @@ def summarize(raw: dict, target: float | None) -> dict:
 
 def print_table(report: dict) -> None:
     print(f"\nWAN bench: {report['datacenters']} datacenters, {report['link_mbit']} Mbit/s per uplink, "
+          f"RTT +{report['latency_ms']:g} ms, TCP window cap {report['window_kb'] or '-'} KB, "
           f"{report['steps']} steps, {report['params']:,} params; target = DDP's final loss "
           f"{report['target_loss']:.4f}")
     head = f"{'method':<13}{'wall s':>8}{'to DDP loss s':>15}{'speed-up':>10}{'WAN MB':>10}{'util':>7}" \
@@ -129,11 +135,13 @@ def print_table(report: dict) -> None:
               f"{1000 * m['step_s']:>9.1f}{m['final_loss']:>8.4f}")
 
 
-def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenters: int, timeout: float) -> dict:
+def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenters: int, timeout: float,
+              rtt_ms: float = 0.0, window_kb: int = 0) -> dict:
     if "ddp" not in methods:
         methods = ["ddp", *methods]
     raws = {}
-    with tempfile.TemporaryDirectory(prefix="gtwan-") as tmp, netns.Wan(datacenters, mbit) as wan:
+    wan_spec = netns.Wan(datacenters, mbit, rtt_ms, window_kb)
+    with tempfile.TemporaryDirectory(prefix="gtwan-") as tmp, wan_spec as wan:
         for name in methods:
             print(f"running {name} ...", flush=True)
             raws[name] = run_method(wan, name, size, steps, Path(tmp), timeout)
@@ -141,7 +149,8 @@ def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenter
     summaries = {name: summarize(raw, target) for name, raw in raws.items()}
     first = summaries["ddp"]
     return {"link_mbit": mbit, "datacenters": datacenters, "steps": steps, "params": first["params"],
-            "model": f"gpt-neo/{size}", "target_loss": round(target, 4), "latency_ms": 0.0,
+            "model": f"gpt-neo/{size}", "target_loss": round(target, 4), "latency_ms": rtt_ms,
+            "window_kb": window_kb,
             "methods": summaries}
 
 
@@ -154,19 +163,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=["wan", "wan-wide"], help="bench model (default wan quick, wan-wide full)")
     parser.add_argument("--mbit", type=float, default=50.0, help="rate of every datacenter uplink")
     parser.add_argument("--datacenters", type=int, default=2)
+    parser.add_argument("--rtt-ms", type=float, default=0.0,
+                        help="round trip added between datacenters by a user-space delay line (0: none)")
+    parser.add_argument("--window-kb", type=int, default=0,
+                        help="cap TCP socket buffers in the datacenters (emulates a long fat link; 0: none)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per method")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: the WAN bench needs root (network namespaces and tc) — run it with sudo", file=sys.stderr)
         return 2
-    methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
+    methods = args.methods or (QUICK_METHODS if args.quick else DEFAULT_METHODS)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         print(f"error: unknown method(s) {', '.join(unknown)} — use some of {', '.join(METHODS)}", file=sys.stderr)
         return 2
     steps = args.steps or (200 if args.quick else 400)
     size = args.size or ("wan" if args.quick else "wan-wide")
-    report = run_bench(methods, size, steps, args.mbit, args.datacenters, args.timeout)
+    report = run_bench(methods, size, steps, args.mbit, args.datacenters, args.timeout, args.rtt_ms,
+                       args.window_kb)
     print_table(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

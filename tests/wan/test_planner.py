@@ -23,8 +23,8 @@ PRESETS = {
     "high": dict(algorithm="diloco", inner_steps=100, bits=4, block=128, density=1.0, index_bits=0),
     "ultra": dict(algorithm="demo", inner_steps=100, bits=8, block=128, density=0.0625, index_bits=6),
 }
-# 8 Mbit/s = 1e6 bytes/s, 10 ms between the two workers
-NET = planner.Network(workers=2, mbit_s=8.0, latency_ms=10.0)
+# 8 Mbit/s = 1e6 bytes/s, 20 ms round trip (10 ms per ring hop) between the two workers
+NET = planner.Network(workers=2, mbit_s=8.0, latency_ms=20.0)
 
 
 def test_payloads_by_hand():
