@@ -59,19 +59,20 @@ class Streams:
         flat = tensor.view(-1)
         works = [dist.all_reduce(flat[a:b], group=self.groups[i], async_op=True)
                  for i, (a, b) in enumerate(self._bounds(flat))]
-        handle = StripedWork(works)
-        if async_op:
-            return handle
-        handle.wait()
-        return None
+        return _handle(works, async_op)
 
     def all_gather(self, out: list[torch.Tensor], payload: torch.Tensor, async_op: bool = False):
         """All-gather a 1-D payload into `out` (one tensor per rank), stripe by stripe."""
         works = [dist.all_gather([o[a:b] for o in out], payload[a:b].contiguous(), group=self.groups[i],
                                  async_op=True)
                  for i, (a, b) in enumerate(self._bounds(payload))]
-        handle = StripedWork(works)
-        if async_op:
-            return handle
-        handle.wait()
-        return None
+        return _handle(works, async_op)
+
+
+def _handle(works: list, async_op: bool) -> StripedWork | None:
+    """The async handle, or None after waiting (the torch.distributed convention)."""
+    handle = StripedWork(works)
+    if async_op:
+        return handle
+    handle.wait()
+    return None

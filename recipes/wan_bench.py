@@ -114,7 +114,8 @@ def summarize(raw: dict, target: float | None) -> dict:
             "step_s": round(wall / steps, 5), "compute_step_s": round(compute / steps, 5),
             "wait_s": round(max(s["wait_s"] for s in stats), 3), "steps": steps,
             "outer_steps": raw["result"]["outer_step"], "final_loss": round(curve[-1][2], 4),
-            "eval_loss": round(raw["result"].get("eval_loss", float("nan")), 4), "params": stats[0]["params"]}
+            "eval_loss": round(raw["result"].get("eval_loss", float("nan")), 4), "params": stats[0]["params"],
+            "entropy_floor": raw["result"].get("entropy_floor")}
 
 
 def print_table(report: dict) -> None:
@@ -123,16 +124,24 @@ def print_table(report: dict) -> None:
           f"{report['steps']} steps, {report['params']:,} params; target = DDP's final loss "
           f"{report['target_loss']:.4f}")
     head = f"{'method':<13}{'wall s':>8}{'to DDP loss s':>15}{'speed-up':>10}{'WAN MB':>10}{'util':>7}" \
-           f"{'step ms':>9}{'loss':>8}"
+           f"{'step ms':>9}{'loss':>8}{'DDP to it s':>13}{'at equal loss':>15}"
     print(head)
     print("-" * len(head))
     ddp_time = report["methods"]["ddp"]["time_to_ddp_loss_s"]
     for name, m in report["methods"].items():
         reached = m["time_to_ddp_loss_s"]
-        speedup = f"{ddp_time / reached:.1f}x" if reached and ddp_time else "-"
-        print(f"{name:<13}{m['wall_s']:>8.1f}{'never' if reached is None else f'{reached:.1f}':>15}"
-              f"{speedup:>10}{m['wan_bytes'] / 1e6:>10.2f}{m['utilization']:>7.1%}"
-              f"{1000 * m['step_s']:>9.1f}{m['final_loss']:>8.4f}")
+        print(f"{name:<13}{m['wall_s']:>8.1f}{_seconds(reached):>15}{_ratio(ddp_time, reached):>10}"
+              f"{m['wan_bytes'] / 1e6:>10.2f}{m['utilization']:>7.1%}"
+              f"{1000 * m['step_s']:>9.1f}{m['final_loss']:>8.4f}{_seconds(m['ddp_time_to_this_loss_s']):>13}"
+              f"{_ratio(m['ddp_time_to_this_loss_s'], m['wall_s']):>15}")
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f}"
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    return f"{numerator / denominator:.1f}x" if numerator and denominator else "-"
 
 
 def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenters: int, timeout: float,
@@ -147,6 +156,11 @@ def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenter
             raws[name] = run_method(wan, name, size, steps, Path(tmp), timeout)
     target = smoothed(raws["ddp"]["records"])[-1][2]
     summaries = {name: summarize(raw, target) for name, raw in raws.items()}
+    ddp_start, ddp_curve = raws["ddp"]["stats"][0]["loop_start"], smoothed(raws["ddp"]["records"])
+    for summary in summaries.values():
+        # the equal-quality view: how long DDP took to get as low as this method ended
+        summary["ddp_time_to_this_loss_s"] = next(
+            (round(t - ddp_start, 3) for _, t, loss in ddp_curve if loss <= summary["final_loss"]), None)
     first = summaries["ddp"]
     return {"link_mbit": mbit, "datacenters": datacenters, "steps": steps, "params": first["params"],
             "model": f"gpt-neo/{size}", "target_loss": round(target, 4), "latency_ms": rtt_ms,
