@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if "ddp" not in methods:
         methods = ["ddp", *methods]
     steps = args.steps or (1500 if args.quick else 3000)
-    eval_batches = 16 if args.quick else 32
+    eval_batches = 64
     report: dict = {"steps": steps, "workers": 2, "methods": {}}
     with tempfile.TemporaryDirectory(prefix="geotrain-bench-") as tmp:
         for name in methods:

@@ -52,3 +52,13 @@ def test_bad_override_is_reported_not_ignored():
     with pytest.raises(ConfigError) as exc:
         parse_config({"model": "gpt-neo", "size": "tiny"}, ["steps=0"])
     assert [e["path"] for e in exc.value.errors] == ["steps"]
+
+
+def test_algorithm_and_outer_settings_come_from_the_preset_unless_overridden():
+    base = {"model": "gpt-neo", "size": "tiny", "gradient_compression": "ultra"}
+    preset = load_presets()["ultra"]
+    comp = resolve_compression(parse_config(base))
+    assert comp.algorithm == preset["algorithm"]
+    assert comp.outer_momentum == preset.get("outer_momentum", 0.9)
+    comp = resolve_compression(parse_config(base, ["algorithm=demo", "diloco.outer_momentum=0.5"]))
+    assert (comp.algorithm, comp.outer_momentum) == ("demo", 0.5)
