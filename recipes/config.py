@@ -24,7 +24,7 @@ from recipes.config_schema import TrainConfig
 
 PRESETS_PATH = Path(__file__).with_name("presets.yaml")
 CONFIGS_DIR = Path(__file__).with_name("configs")
-WIRE_BITS = (32, 16, 8, 4)
+WIRE_BITS = (32, 16, 8, 4, 1)
 
 
 class ConfigError(Exception):
@@ -45,7 +45,9 @@ class Compression:
     bits: int
     block: int
     chunk: int = 64
-    topk: int = 0
+    topk: int = 4
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
 
 
 def load_presets(path: Path = PRESETS_PATH) -> dict[str, dict]:
@@ -171,7 +173,7 @@ def _semantic_errors(cfg: TrainConfig, presets: dict, chk: _Checker) -> None:
         if value <= 0:
             chk.error(path, "a positive integer", value, f"{path} must be at least 1")
     if cfg.diloco.bits is not None and cfg.diloco.bits not in WIRE_BITS:
-        chk.error("diloco.bits", "one of 32, 16, 8, 4", cfg.diloco.bits, "wire bits must be 32, 16, 8 or 4")
+        chk.error("diloco.bits", "one of 32, 16, 8, 4, 1", cfg.diloco.bits, "wire bits must be 32, 16, 8, 4 or 1")
     if cfg.optim.lr <= 0:
         chk.error("optim.lr", "a positive float", cfg.optim.lr, "the learning rate must be positive")
     if len(cfg.optim.betas) != 2:
@@ -224,12 +226,15 @@ def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compre
     preset = (presets or load_presets())[cfg.gradient_compression]
     return Compression(
         preset=cfg.gradient_compression,
-        algorithm=preset["algorithm"],
+        algorithm=cfg.algorithm or preset["algorithm"],
         inner_steps=cfg.diloco.inner_steps or preset["inner_steps"],
         bits=cfg.diloco.bits or preset["bits"],
         block=cfg.diloco.block if cfg.diloco.block is not None else preset.get("block", 0),
         chunk=cfg.demo.chunk or preset.get("chunk", 64),
-        topk=cfg.demo.topk or preset.get("topk", 0),
+        topk=cfg.demo.topk or preset.get("topk", 4),
+        outer_lr=cfg.diloco.outer_lr if cfg.diloco.outer_lr is not None else preset.get("outer_lr", 0.7),
+        outer_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
+                        else preset.get("outer_momentum", 0.9)),
     )
 
 

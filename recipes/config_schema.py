@@ -37,16 +37,18 @@ class DilocoConfig:
 
     inner_steps: Optional[int] = None
     """H, inner steps per outer step; null takes the preset's value."""
-    outer_lr: float = 0.7
-    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient."""
-    outer_momentum: float = 0.9
-    """Outer Nesterov momentum."""
+    outer_lr: Optional[float] = None
+    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's (0.7)."""
+    outer_momentum: Optional[float] = None
+    """Outer Nesterov momentum; null: the preset's (0.9)."""
     bits: Optional[int] = None
     """Wire bits per value (32/16/8/4); null takes the preset's value."""
     block: Optional[int] = None
     """Values per quantisation scale; null takes the preset's value."""
     error_feedback: bool = True
     """Add what quantisation dropped this outer step to the next one."""
+    flush_bits: int = 0
+    """At the end of training, send the error-feedback residual once at these bits (0 = drop it)."""
     overlap: bool = False
     """Run the outer all-reduce during the next inner steps (one-outer-step-delayed update)."""
 
@@ -89,11 +91,11 @@ class DataConfig:
     """Where tokenized data is cached; relative to out_dir."""
     max_tokens: int = 0
     """Tokens to tokenize per worker into the cache (0 = enough for `steps`)."""
-    markov_order: int = 2
+    markov_order: int = 1
     """Markov chain order for synthetic text (context length of the chain)."""
     markov_alpha: float = 0.1
     """Dirichlet concentration of each next-token distribution (smaller = lower entropy)."""
-    markov_vocab: int = 32
+    markov_vocab: int = 64
     """Tokens used by the Markov chain (must fit the model vocabulary)."""
     image_size: Optional[int] = None
     """Image side in pixels; null takes the model size's value."""
@@ -159,6 +161,8 @@ class TrainConfig:
     """Size name of that model (tiny, 125m, ...)."""
     gradient_compression: str = "medium"
     """Preset name from recipes/presets.yaml: none, low, medium, high, ultra."""
+    algorithm: Optional[Literal["ddp", "diloco", "demo"]] = None
+    """Override the preset's algorithm (e.g. demo with the ultra preset's H); null: the preset's."""
     steps: int = 200
     """Inner (optimizer) steps per worker."""
     out_dir: str = "runs/default"

@@ -121,13 +121,14 @@ class Trainer:
         if not hasattr(self.data, "eval_batches") or self.cfg.logging.eval_batches <= 0:
             return {}
         self.model.eval()
-        losses = [float(self.loss_fn(self.model, to_device(b, self.rt.device))[0])
-                  for b in self.data.eval_batches(self.cfg.logging.eval_batches)]
+        batches = self.data.eval_batches(self.cfg.logging.eval_batches)
+        losses = [float(self.loss_fn(self.model, to_device(b, self.rt.device))[0]) for b in batches]
         self.model.train()
         result = {"eval_loss": sum(losses) / len(losses)}
-        floor = getattr(self.data, "entropy_floor", None)
-        if floor is not None:
-            result.update(entropy_floor=floor, excess_loss=result["eval_loss"] - floor)
+        if hasattr(self.data, "ideal_loss"):  # excess over the true chain's loss on the same tokens
+            ideal = self.data.ideal_loss(batches)
+            result.update(entropy_floor=self.data.entropy_floor, ideal_loss=ideal,
+                          excess_loss=result["eval_loss"] - ideal)
         return result
 
 
@@ -167,7 +168,7 @@ def run(cfg: TrainConfig) -> int:
             losses, window_start = [], time.perf_counter()
         if every and step % every == 0 and step < cfg.steps:
             trainer.save(uploader)
-    trainer.algo.finish()
+    trainer.algo.finish(trainer.step)
     result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,
               **trainer.evaluate()}
     if rt.rank == 0 and "eval_loss" in result:
