@@ -116,6 +116,11 @@ def print_table(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--wan" in argv:  # across emulated datacenters (root): recipes/wan_bench.py
+        from recipes.wan_bench import main as wan_main
+
+        return wan_main([a for a in argv if a != "--wan"])
     parser = argparse.ArgumentParser(prog="python -m recipes.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the CI size: presets only, < 5 min on 2 cores")
     parser.add_argument("--json", type=Path, help="write the report here")

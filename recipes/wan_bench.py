@@ -1,7 +1,8 @@
 """WAN benchmark: DDP and every preset across emulated datacenters joined by a shaped link.
 
-    sudo python -m recipes.wan_bench --quick --json wan.json       # CI size, ~3 min on 2 cores
-    sudo python -m recipes.wan_bench --mbit 50 --steps 600 --json wan.json
+    sudo python -m recipes.bench --wan --quick --json wan.json      # CI size, ~4 min on 2 cores
+    sudo python -m recipes.wan_bench --size wan --steps 1000 --json wan.json
+    sudo python -m recipes.wan_bench --size wan --steps 50 --rtt-ms 100 --window-kb 256 --methods ddp ddp-4streams
 
 Each datacenter is a network namespace with one worker (recipes/netns.py); the
 workers run `torchrun --rdzv-backend static` over gloo across the shaped link, every
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the CI size: fewer methods and steps")
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--methods", nargs="*", help=f"subset of {', '.join(METHODS)}")
-    parser.add_argument("--steps", type=int, help="steps per worker (default 200 quick, 400 full)")
+    parser.add_argument("--steps", type=int, help="steps per worker (default 150 quick, 400 full)")
     parser.add_argument("--size", choices=["wan", "wan-wide"], help="bench model (default wan quick, wan-wide full)")
     parser.add_argument("--mbit", type=float, default=50.0, help="rate of every datacenter uplink")
     parser.add_argument("--datacenters", type=int, default=2)
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown method(s) {', '.join(unknown)} — use some of {', '.join(METHODS)}", file=sys.stderr)
         return 2
-    steps = args.steps or (200 if args.quick else 400)
+    steps = args.steps or (150 if args.quick else 400)
     size = args.size or ("wan" if args.quick else "wan-wide")
     report = run_bench(methods, size, steps, args.mbit, args.datacenters, args.timeout, args.rtt_ms,
                        args.window_kb)
