@@ -93,11 +93,9 @@ def exchange_for(preset: dict[str, Any], params: int) -> Exchange:
     if preset.get("algorithm") == "ddp" or (bits >= 16 and not block and density >= 1.0):
         return Exchange("all_reduce", params * bits // 8)
     values = math.ceil(params * density) if density < 1.0 else params
+    data = math.ceil(values * bits / 8)  # the last block's padding is not sent
     if block:
-        blocks = math.ceil(values / block)
-        data = blocks * block * bits // 8 + 4 * blocks
-    else:
-        data = math.ceil(values * bits / 8)
+        data += 4 * math.ceil(values / block)  # one fp32 scale per block
     return Exchange("all_gather", data + math.ceil(values * index_bits / 8))
 
 

@@ -30,10 +30,10 @@ NET = planner.Network(workers=2, mbit_s=8.0, latency_ms=20.0)
 def test_payloads_by_hand():
     assert planner.exchange_for(PRESETS["none"], 1000) == planner.Exchange("all_reduce", 4000)
     assert planner.exchange_for(PRESETS["low"], 1000) == planner.Exchange("all_reduce", 2000)
-    # 1000 values -> 8 blocks of 128 at 4 bits (512 bytes) + 8 fp32 scales (32 bytes)
-    assert planner.exchange_for(PRESETS["high"], 1000) == planner.Exchange("all_gather", 544)
-    # 6400 values, 1/16 sent = 400: 4 blocks of fp8 (512 + 16 bytes) + 400 six-bit indices (300 bytes)
-    assert planner.exchange_for(PRESETS["ultra"], 6400) == planner.Exchange("all_gather", 828)
+    # 1000 values at 4 bits (500 bytes) + 8 blocks of 128, one fp32 scale each (32 bytes)
+    assert planner.exchange_for(PRESETS["high"], 1000) == planner.Exchange("all_gather", 532)
+    # 6400 values, 1/16 sent = 400: fp8 values (400 bytes) + 4 scales (16) + 400 six-bit indices (300)
+    assert planner.exchange_for(PRESETS["ultra"], 6400) == planner.Exchange("all_gather", 716)
 
 
 def test_wire_bytes_follow_the_ring():
