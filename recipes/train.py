@@ -121,13 +121,14 @@ class Trainer:
         if not hasattr(self.data, "eval_batches") or self.cfg.logging.eval_batches <= 0:
             return {}
         self.model.eval()
-        losses = [float(self.loss_fn(self.model, to_device(b, self.rt.device))[0])
-                  for b in self.data.eval_batches(self.cfg.logging.eval_batches)]
+        batches = self.data.eval_batches(self.cfg.logging.eval_batches)
+        losses = [float(self.loss_fn(self.model, to_device(b, self.rt.device))[0]) for b in batches]
         self.model.train()
         result = {"eval_loss": sum(losses) / len(losses)}
-        floor = getattr(self.data, "entropy_floor", None)
-        if floor is not None:
-            result.update(entropy_floor=floor, excess_loss=result["eval_loss"] - floor)
+        if hasattr(self.data, "ideal_loss"):  # excess over the true chain's loss on the same tokens
+            ideal = self.data.ideal_loss(batches)
+            result.update(entropy_floor=self.data.entropy_floor, ideal_loss=ideal,
+                          excess_loss=result["eval_loss"] - ideal)
         return result
 
 

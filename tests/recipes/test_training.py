@@ -23,6 +23,7 @@ PARAMS = 132_480  # tiny gpt-neo
     ("low", ["diloco.inner_steps=20"]),
     ("high", ["diloco.inner_steps=20"]),
     ("ultra", ["diloco.inner_steps=20"]),
+    ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true"]),
 ])
 def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt):
@@ -40,8 +41,11 @@ def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt)
         assert sent == 6 * 2 * PARAMS
     elif preset == "high":  # packed fp4 + one fp32 scale per 128 values, all-gathered: (N-1) * payload
         assert sent == 6 * (math.ceil(PARAMS / 2) + 4 * math.ceil(PARAMS / 128))
-    else:
-        assert 0 < sent < 6 * PARAMS / 8  # DeMo: under one bit per parameter per outer step
+    elif "algorithm=demo" not in extra:  # sign bits + one fp32 scale per 128 values
+        assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 128))
+    else:  # DeMo top-4 of 64 DCT coefficients: 6-bit indices + fp8 values + scales
+        sent_values = math.ceil(PARAMS / 64) * 4
+        assert sent == 6 * (math.ceil(sent_values * 6 / 8) + sent_values + 4 * math.ceil(sent_values / 128))
     assert result["outer_step"] == (120 if preset == "none" else 6)
 
 
