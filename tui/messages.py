@@ -61,6 +61,13 @@ class NodesLoaded(Message):
 
 
 @dataclass
+class PlanAdvice(Message):
+    """The WAN planner's one-line advice for the deploy form's current choices."""
+
+    text: str
+
+
+@dataclass
 class DeployChoices(Message):
     """What the deploy form offers: cluster names, model -> sizes, preset names."""
 

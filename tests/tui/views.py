@@ -56,6 +56,7 @@ async def deploy_form(pilot) -> None:
     await pilot.press("c")
     await on_screen(pilot, DeployScreen)
     await until(pilot, lambda: pilot.app.screen.query_one("#size", Select).value == "tiny")
+    await until(pilot, lambda: "Planner:" in str(pilot.app.screen.query_one("#plan").render()), 30)
 
 
 async def config_editor_error(pilot) -> None:

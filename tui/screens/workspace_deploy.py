@@ -12,10 +12,11 @@ from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
 from core import recipe_catalog
 from core.clusters import list_clusters
-from core.errors import InvalidInput
+from core.errors import GeotrainError, InvalidInput
 from core.models import TEMPLATES
+from core.wan_plan import plan_for_cluster
 from core.workspaces import DEFAULTS, DeployRequest
-from tui.messages import DeployChoices, DetailedConfig, FormProblem, WorkspaceDeployed
+from tui.messages import DeployChoices, DetailedConfig, FormProblem, PlanAdvice, WorkspaceDeployed
 from tui.screens.base import GeotrainScreen
 
 
@@ -61,6 +62,7 @@ class DeployScreen(GeotrainScreen):
                              Input(password=True, placeholder="never shown", id="wandb"))
                 yield _field("Hugging Face token (optional; checkpoints stay local)",
                              Input(password=True, placeholder="never shown", id="hf"))
+            yield Static("", id="plan", classes="hint", markup=False)
             yield Static("", id="config-state", classes="hint")
             yield Static("", id="form-error", classes="field-error", markup=False)
             with Horizontal(classes="form-buttons"):
@@ -102,6 +104,28 @@ class DeployScreen(GeotrainScreen):
     def _model_changed(self, event: Select.Changed) -> None:
         if isinstance(event.value, str):
             self._sizes(event.value)
+
+    @on(Select.Changed, "#cluster, #size, #preset")
+    @on(Input.Changed, "#workers")
+    def _choices_changed(self) -> None:
+        cluster, model, size = self._value("#cluster"), self._value("#model"), self._value("#size")
+        workers = self.query_one("#workers", Input).value.strip()
+        if cluster and model and size and workers.isdigit() and int(workers) > 0:
+            self._advise(cluster, model, size, int(workers))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="plan", name="Planning")
+    def _advise(self, cluster: str, model: str, size: str, workers: int) -> None:
+        """The WAN planner's pick for these choices (step time assumed unless measured)."""
+        try:
+            plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
+            text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size})"
+        except GeotrainError as exc:
+            text = f"Planner: no estimate ({exc.message})"
+        self.post_message(PlanAdvice(text))
+
+    @on(PlanAdvice)
+    def _show_advice(self, message: PlanAdvice) -> None:
+        self.query_one("#plan", Static).update(message.text)
 
     # reading the form ------------------------------------------------------
     def _value(self, selector: str) -> str | None:
