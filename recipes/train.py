@@ -69,10 +69,11 @@ class Trainer:
         self.algo = build_algorithm(self.model, self.comp, cfg, self.wire)
         self.step = 0
         self.items = 0
+        self.finished = False  # the end-of-training sync ran (a restart after the end must not repeat it)
 
     def state(self) -> dict:
         return {"step": self.step, "items": self.items, "bytes_sent": self.wire.bytes_sent,
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "finished": self.finished, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "algorithm": self.algo.state_dict(),
                 "data": self.data.state_dict(), "rng": checkpoint.rng_state(), "config": config_to_dict(self.cfg)}
 
@@ -82,6 +83,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.data.load_state_dict(state["data"])
         self.step, self.items, self.wire.bytes_sent = state["step"], state["items"], state["bytes_sent"]
+        self.finished = state.get("finished", False)
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 
@@ -168,7 +170,9 @@ def run(cfg: TrainConfig) -> int:
             losses, window_start = [], time.perf_counter()
         if every and step % every == 0 and step < cfg.steps:
             trainer.save(uploader)
-    trainer.algo.finish(trainer.step)
+    if not trainer.finished:
+        trainer.algo.finish(trainer.step)
+        trainer.finished = True
     result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,
               **trainer.evaluate()}
     if rt.rank == 0 and "eval_loss" in result:

@@ -93,15 +93,20 @@ def test_kill_9_mid_run_resumes_from_checkpoint_and_matches_uninterrupted(tmp_pa
     assert got["bytes_sent"] >= expected["bytes_sent"]
 
 
-def test_single_process_run_needs_no_torchrun(tmp_path, tiny_gpt):
+def test_single_process_run_needs_no_torchrun_and_a_rerun_after_the_end_changes_nothing(tmp_path, tiny_gpt):
     out = tmp_path / "solo"
-    res = subprocess.run(["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}",
-                          "steps=30", "logging.wandb=false", "gradient_compression=high",
-                          "diloco.inner_steps=10"],
-                         cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+    cmd = ["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}", "steps=25",
+           "logging.wandb=false", "gradient_compression=high", "diloco.inner_steps=10", "logging.log_every=5"]
+    res = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "[rank 0] done" in res.stdout
-    assert read_metrics(out)[-1]["bytes_sent"] == 0  # nothing crosses a wire with one process
+    first = json.loads((out / "result.json").read_text())
+    assert first["bytes_sent"] == 0  # nothing crosses a wire with one process
+    assert first["outer_step"] == 3  # 2 full phases + the final partial one (steps 21-25)
+    again = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "resumed from checkpoint at step 25" in again.stdout
+    second = json.loads((out / "result.json").read_text())
+    assert second["outer_step"] == 3 and second["eval_loss"] == first["eval_loss"]
 
 
 def test_bad_config_exits_2_with_the_problem(tmp_path, tiny_gpt):
