@@ -34,7 +34,8 @@ def _context(kubeconfig: Path, wanted: str | None) -> tuple[str, str]:
     """The context to use and its namespace; refuses a context the file lacks."""
     try:
         contexts, current = config.list_kube_config_contexts(config_file=str(kubeconfig))
-    except (config.ConfigException, yaml.YAMLError, OSError, TypeError, KeyError) as exc:
+    except (config.ConfigException, yaml.YAMLError, OSError, UnicodeDecodeError, TypeError, KeyError,
+            AttributeError) as exc:
         raise InvalidInput(f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({exc})",
                            "pass the kubeconfig file that kubectl uses for this cluster") from None
     names = [c["name"] for c in contexts]

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from core.errors import InvalidInput
+from core.files import read_user_file
 from core.node_pool import ImportRequest
 from core.ssh import parse_endpoint
 
@@ -100,7 +101,7 @@ def read_import_file(path: str) -> list[ImportRequest]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise InvalidInput(f"import file {path} does not exist", "give the path of a .yaml or .csv file")
-    text = file.read_text()
+    text = read_user_file(file, "import file", "give the path of a .yaml or .csv file")
     requests = _from_csv(text, file.name) if file.suffix.lower() == ".csv" else _from_yaml(text, file.name)
     if not requests:
         raise InvalidInput(f"{file.name}: no servers in the file", _HINT)

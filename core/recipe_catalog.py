@@ -85,8 +85,17 @@ def config_errors(config: dict[str, Any]) -> list[FieldError]:
         raise BackendError("the recipe config checker failed",
                            (proc.stderr.strip().splitlines() or ["no output"])[-1]) from None
     return [FieldError("config." + p["path"] if p.get("path") else "config",
-                       p.get("expected", "?"), p.get("found", "?"), p.get("message", ""))
+                       p.get("expected", "?"), Shown(p.get("found", "?")),
+                       f"fix config.{p['path']} in the detailed config, or --set {p['path']}=VALUE"
+                       if p.get("path") else "fix the detailed config")
             for p in problems]
+
+
+class Shown(str):
+    """A value the checker already rendered; shown as it is, not quoted again."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def set_path(config: dict[str, Any], dotted: str, raw: str) -> None:

@@ -6,13 +6,17 @@ and reach workers through their environment.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from core import paths
+from core.errors import GeotrainError
 
 _MIN_SECRET_LEN = 6
 # Token kind -> the environment variable that carries it to workers.
@@ -28,6 +32,16 @@ class SecretStore:
             return json.loads(self.path.read_text())
         except FileNotFoundError:
             return {}
+        except (ValueError, UnicodeDecodeError):
+            raise GeotrainError(f"the secret store {self.path} is corrupt",
+                                "move it away and pass your tokens again") from None
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise read-modify-write between the app and the CLI."""
+        with open(self.path.with_name(".secrets.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def _save(self, data: dict[str, str]) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".secrets-")
@@ -42,19 +56,21 @@ class SecretStore:
         os.chmod(self.path, 0o600)
 
     def put(self, ref: str, value: str) -> str:
-        data = self._load()
-        data[ref] = value
-        self._save(data)
+        with self._locked():
+            data = self._load()
+            data[ref] = value
+            self._save(data)
         return ref
 
     def get(self, ref: str) -> str | None:
         return self._load().get(ref)
 
     def delete_prefix(self, prefix: str) -> None:
-        data = self._load()
-        kept = {k: v for k, v in data.items() if not k.startswith(prefix)}
-        if kept != data:
-            self._save(kept)
+        with self._locked():
+            data = self._load()
+            kept = {k: v for k, v in data.items() if not k.startswith(prefix)}
+            if kept != data:
+                self._save(kept)
 
     def values(self) -> list[str]:
         return list(self._load().values())

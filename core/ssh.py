@@ -66,7 +66,8 @@ def parse_endpoint(text: str, default_user: str | None = None) -> tuple[str | No
     user = user or default_user
     host, port = rest, "22"
     if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
+        host, closed, tail = rest[1:].partition("]")
+        host = host if closed else ""
         port = tail[1:] if tail.startswith(":") else "22"
     elif rest.count(":") == 1:
         host, port = rest.split(":")
@@ -364,7 +365,10 @@ def ssh_config_host(alias: str, config_path: str | None = None) -> dict:
     path = Path(config_path or "~/.ssh/config").expanduser()
     if not path.is_file():
         raise InvalidInput(f"SSH config {path} does not exist", "give --ssh-config PATH")
-    config = paramiko.SSHConfig.from_path(str(path))
+    try:
+        config = paramiko.SSHConfig.from_path(str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read SSH config {path}: {exc}", "give --ssh-config PATH") from None
     if alias not in config.get_hostnames():
         raise InvalidInput(f"{path}: no `Host {alias}` entry",
                            "use an alias defined there (see `grep -i '^host ' ~/.ssh/config`)")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from core import paths
+from core.errors import GeotrainError
 
 # Append only: a migration, once released, never changes. user_version = len(applied).
 MIGRATIONS: list[str] = [
@@ -91,7 +92,11 @@ class Store:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path else paths.database_path()
-        self._migrate()
+        try:
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise GeotrainError(f"the state database {self.path} cannot be used ({exc})",
+                                "move it away to start afresh, or restore a backup") from None
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)

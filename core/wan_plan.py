@@ -18,6 +18,7 @@ import yaml
 from core import paths, planner, recipe_catalog
 from core.clusters import get_cluster, network_matrix
 from core.errors import InvalidInput, NotFound
+from core.files import read_user_file
 from core.store import LOCAL_CLUSTER, Store
 
 # Loopback between local torchrun workers: measured ~300-900 MB/s for gloo here.
@@ -47,10 +48,7 @@ def _number(value: Any, where: str, name: str) -> float:
 def links_from_file(path: str | Path) -> list[planner.Link]:
     """A matrix file: `links: [{src, dst, latency_ms, mbit_s}, ...]` in YAML or JSON (or the bare list)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise NotFound(f"cannot read matrix file {str(path)!r} ({exc.strerror})", "check the path") from exc
+    text = read_user_file(path, "matrix file", "check the path of the --matrix file")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:

@@ -7,7 +7,6 @@ import json
 import secrets as pysecrets
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
@@ -17,6 +16,7 @@ from core.backends import backend_for
 from core.backends.base import Backend, LaunchPlan, WorkspaceState
 from core.clusters import get_cluster
 from core.errors import FieldError, InvalidInput, NotFound
+from core.files import read_user_file
 from core.models import Status, Workspace, WorkspaceSpec, parse_yaml
 from core.secrets import TOKEN_ENV, SecretStore
 from core.store import Store
@@ -209,11 +209,7 @@ class WorkspaceService:
 
 
 def read_config_file(path: str) -> str:
-    try:
-        return Path(path).expanduser().read_text()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read --config {path}: {exc.strerror}",
-                           "pass the path of a YAML file") from None
+    return read_user_file(path, "--config", "pass the path of a YAML file")
 
 
 def spec_yaml(spec: WorkspaceSpec) -> str:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from core import paths
 from core.clusters import network_matrix
 from core.errors import GeotrainError
 from core.store import Store
@@ -84,7 +83,9 @@ class ClusterBuilder:
         return self._run(request, None, on_event, record=True)
 
     def node_log(self, cluster: str, node: str) -> Path:
-        return paths.home() / "logs" / "clusters" / cluster / f"{node}.log"
+        from core.bootstrap.deploy import node_log_path
+
+        return node_log_path(cluster, node)
 
     def import_kubeconfig(self, cluster: str) -> str:
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from core.secrets import SecretStore
+from core.secrets import SecretStore, redact
 
 RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:(.*)$")
 MARKER = "GEOTRAIN_WORKSPACE"
@@ -63,8 +63,9 @@ def kill_all(processes: list[psutil.Process], grace: float) -> None:
 class Demux:
     """Writes torchrun's `[defaultN]:line` output to logs/worker-N.log, the rest to launcher.log."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, secrets: list[str]) -> None:
         self.log_dir = log_dir
+        self.secrets = secrets
         self.files: dict[str, object] = {}
 
     def _file(self, name: str):
@@ -73,6 +74,7 @@ class Demux:
         return self.files[name]
 
     def line(self, text: str) -> None:
+        text = redact(text, self.secrets) if self.secrets else text
         match = RANK_PREFIX.match(text)
         if match:
             self._file(f"worker-{match.group(1)}").write(match.group(2) + "\n")
@@ -89,12 +91,14 @@ def run(run_dir: Path) -> int:
     env = dict(os.environ)
     env.update(launch["env"])
     store = SecretStore(Path(launch["secrets_path"]))
+    values = []
     for var, ref in launch.get("secret_refs", {}).items():
         value = store.get(ref)
         if value:
             env[var] = value
+            values.append(value)
     write_atomic(run_dir / "supervisor.pid", str(os.getpid()))
-    demux = Demux(run_dir / "logs")
+    demux = Demux(run_dir / "logs", values)
     child = subprocess.Popen(launch["argv"], cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              errors="replace")

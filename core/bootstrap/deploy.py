@@ -12,6 +12,7 @@ import json
 import secrets as random_secrets
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from core import paths
@@ -23,7 +24,7 @@ from core.bootstrap.session import CommandLog, NodeSession, Shell
 from core.clusters import delete_cluster as delete_record
 from core.clusters import get_cluster, save_cluster
 from core.errors import InvalidInput, NotFound
-from core.models import Cluster, Node
+from core.models import NAME_RE, Cluster, Node
 from core.nodes import get_node
 from core.secrets import SecretStore
 from core.store import Store, loads
@@ -69,6 +70,11 @@ def _config_to_plan(name: str, config: dict, specs: list[NodeSpec]) -> ClusterPl
     return plan
 
 
+def node_log_path(cluster: str, node: str) -> Path:
+    """The per-node log of a cluster deploy (the app opens it with `l`)."""
+    return paths.home() / "logs" / "clusters" / cluster / f"{node}.log"
+
+
 def plan_config(plan: ClusterPlan) -> dict:
     return {"vpn": plan.vpn, "subnet": plan.subnet, "interface": plan.interface,
             "listen_port": plan.listen_port, "mtu": plan.mtu,
@@ -79,6 +85,9 @@ def plan_config(plan: ClusterPlan) -> dict:
 def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None = None,
                subnet: str | None = None, endpoints: dict[str, str] | None = None) -> ClusterPlan:
     """The plan for `name`: existing members (kept in order) plus `node_names`."""
+    if not NAME_RE.match(name):
+        raise InvalidInput(f"cluster name {name!r} is not valid",
+                           "use 1-32 lowercase letters, digits and '-', starting and ending with a letter or digit")
     try:
         existing = get_cluster(store, name)
     except NotFound:
@@ -127,14 +136,14 @@ def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None 
 def _targets(store: Store, plan: ClusterPlan, factory: ShellFactory | None, dry_run: bool,
              log: CommandLog, secret_values: list[str]) -> dict[str, NodeTarget]:
     members = _members(store, plan.name)
-    log_dir = paths.home() / "logs" / "clusters" / plan.name
-    log_dir.mkdir(parents=True, exist_ok=True)
+    if not dry_run:
+        node_log_path(plan.name, "-").parent.mkdir(parents=True, exist_ok=True)
     targets = {}
     factory = None if dry_run else (factory or pool_shells(store))
     for spec in plan.nodes:
         node = get_node(store, spec.name)
         shell = None if dry_run else factory(node)
-        session = NodeSession(spec.name, shell, None if dry_run else log_dir / f"{spec.name}.log",
+        session = NodeSession(spec.name, shell, None if dry_run else node_log_path(plan.name, spec.name),
                               log, secret_values, dry_run=dry_run, sudo=node.username != "root")
         gpus = node.facts.get("gpus") or []
         facts = {"nvidia_gpus": any("nvidia" in str(g).lower() for g in gpus),

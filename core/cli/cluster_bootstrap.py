@@ -64,6 +64,9 @@ def _endpoints(values: list[str]) -> dict[str, str]:
         if not sep or not node or not endpoint:
             raise InvalidInput(f"--endpoint {value!r} is not NODE=HOST[:PORT]",
                                "write it like --endpoint gpu2=203.0.113.9:51820")
+        from core.ssh import parse_endpoint  # lazily: paramiko is slow to import
+
+        parse_endpoint(endpoint)  # same HOST[:PORT] rules (and port range) as node import
         out[node] = endpoint
     return out
 

@@ -36,7 +36,7 @@ def register(groups) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="workers in the ring (default: nodes in the matrix; "
                                                               "2 on local)")
     p.add_argument("--target", type=_fraction, default=planner.DEFAULT_TARGET,
-                   help=f"utilization to reach (default {planner.DEFAULT_TARGET:.0%})")
+                   help=f"utilization to reach (default {planner.DEFAULT_TARGET * 100:.0f}%%)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_plan)
 

@@ -14,6 +14,14 @@ from core.node_pool import ImportRequest, NodePool, Prompts
 from core.ssh import parse_endpoint, ssh_config_host
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse reports the ValueError as one line)."""
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
 def register(groups) -> None:
     nodes = groups["nodes"]
     p = nodes.add_parser("list", help="list the nodes in the pool")
@@ -42,7 +50,7 @@ def register(groups) -> None:
 
     p = nodes.add_parser("refresh", help="gather facts again (all nodes when none named)")
     p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--connect-timeout", type=_seconds, default=10.0, metavar="SECONDS",
                    help="mark a server UNREACHABLE when it does not answer within this")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_refresh)
@@ -57,7 +65,7 @@ def _common_import_args(p) -> None:
     p.add_argument("--datacenter", metavar="DC", help="datacenter or region label")
     p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
                    help="host key fingerprint to trust without asking (repeatable)")
-    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--connect-timeout", type=_seconds, default=10.0, metavar="SECONDS",
                    help="give up on a server that does not answer within this (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 

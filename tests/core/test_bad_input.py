@@ -34,6 +34,7 @@ CASES = {
     "unknown id for logs": (["workspaces", "logs", "gpt-neo-000000"], "no workspace with id", "list"),
     "unknown id for delete": (["workspaces", "delete", "nope", "--yes"], "no workspace with id", "list"),
     "unknown id for show": (["workspaces", "show", "nope"], "no workspace with id", "list"),
+    "wrong type via --set": (_deploy("--set", "steps=abc", "--dry-run"), "config.steps: expected an integer, found 'abc'", "--set steps=VALUE"),
     "missing config file": (_deploy("--config", "/nonexistent.yaml"), "cannot read --config", "YAML"),
     "token with spaces": (_deploy("--wandb-token", "a b c", "--dry-run"), "whitespace", "paste"),
 }
@@ -97,3 +98,46 @@ class _no_exit:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_every_command_prints_its_help(capsys):
+    from core.cli import build_parser
+
+    parser = build_parser()
+    groups = parser._subparsers._group_actions[0].choices
+    for group_name, group in groups.items():
+        commands = group._subparsers._group_actions[0].choices
+        for command in commands:
+            with pytest.raises(SystemExit) as exit_info:
+                main([group_name, command, "--help"])
+            assert exit_info.value.code == 0, f"{group_name} {command} --help"
+            assert "usage:" in capsys.readouterr().out
+
+
+def test_corrupt_state_database_is_a_clear_error(geotrain_home, capsys):
+    geotrain_home.mkdir(parents=True, exist_ok=True)
+    (geotrain_home / "state.sqlite3").write_bytes(b"not a database at all" * 100)
+    assert main(["workspaces", "list"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be used" in err and "move it away" in err
+
+
+def test_data_directory_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "file"
+    home.write_text("x")
+    monkeypatch.setenv("GEOTRAIN_HOME", str(home))
+    assert main(["clusters", "list"]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+
+
+def test_config_file_that_is_not_text_is_a_clear_error(geotrain_home, tmp_path, capsys):
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(256)))
+    assert main(_deploy("--config", str(binary))) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_cluster_name_cannot_escape_the_data_directory(geotrain_home, tmp_path, capsys):
+    assert main(["clusters", "deploy", "../../escape", "--nodes", "a", "--dry-run"]) == 2
+    assert "cluster name '../../escape' is not valid" in capsys.readouterr().err
+    assert not (tmp_path / "escape").exists()
