@@ -39,6 +39,7 @@ class DeployRequest:
     config_text: str | None = None
     config_source: str = "--config"
     sets: tuple[str, ...] = ()
+    recovery: dict[str, Any] | None = None
 
 
 class WorkspaceService:
@@ -72,7 +73,8 @@ class WorkspaceService:
             recipe_catalog.set_path(config, key.strip(), value.strip())
         spec = WorkspaceSpec.from_dict({**{k: v for k, v in base.items() if k not in DEFAULTS},
                                         **fields, "cluster": req.cluster, "config": config,
-                                        **({"image": req.image} if req.image else {})})
+                                        **({"image": req.image} if req.image else {}),
+                                        **({"recovery": req.recovery} if req.recovery else {})})
         self.validate_config(spec)
         return spec
 
@@ -147,7 +149,13 @@ class WorkspaceService:
         with self.store.read() as conn:
             rows = conn.execute("SELECT at, kind, detail FROM workspace_events WHERE workspace=?"
                                 " ORDER BY at", (workspace_id,)).fetchall()
-        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["detail"])} for r in rows]
+        events = [{"at": r["at"], "kind": r["kind"], **json.loads(r["detail"])} for r in rows]
+        ws = self.get(workspace_id)
+        try:
+            events += self.backend(ws.cluster).history(workspace_id)
+        except NotFound:
+            pass  # the cluster record is gone; the stored events remain
+        return sorted(events, key=lambda e: e["at"])
 
     def _row(self, row) -> Workspace:
         return Workspace(id=row["id"], spec=WorkspaceSpec(**json.loads(row["spec"])),

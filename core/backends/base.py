@@ -64,6 +64,10 @@ class Backend(abc.ABC):
     def delete(self, workspace_id: str) -> None:
         """Stop everything of the workspace and remove its files/resources. Idempotent."""
 
+    def history(self, workspace_id: str) -> list[dict]:
+        """Events the backend recorded on its own (failures, recoveries), oldest first."""
+        return []
+
     def metrics(self, workspace_id: str) -> list[dict]:
         """Metrics rows (step, loss, bytes_sent …) the recipe has written so far."""
         return []
