@@ -8,6 +8,7 @@ missing worker. Backends turn them into worker environment and job policies.
       join_timeout_s: 60         # longest wait for an alive but late worker at an outer step
       heartbeat_timeout_s: 5     # a worker silent this long is not waited for
       op_timeout_s: 30           # bound on one outer-step collective
+      standby: true              # local elastic pool: keep one warm spare worker for fast restarts
       checkpoint_dir: /data/ckpt # local: a directory on this machine (default: the run dir)
       host_path: /var/lib/geotrain/checkpoints   # kubernetes: a directory on each node
       pvc: my-claim              # kubernetes: a PersistentVolumeClaim (shared by the pods)
@@ -31,6 +32,7 @@ class RecoverySettings:
     join_timeout_s: float = 60.0
     heartbeat_timeout_s: float = 5.0
     op_timeout_s: float = 30.0
+    standby: bool = True
     checkpoint_dir: str | None = None
     host_path: str | None = None
     pvc: str | None = None
@@ -41,7 +43,8 @@ class RecoverySettings:
         if data is None:
             return cls()
         if not isinstance(data, dict):
-            raise FieldError("recovery", "a mapping of recovery settings", type(data).__name__)
+            raise FieldError("recovery", "a mapping of recovery settings", type(data).__name__,
+                             "write e.g. `recovery: {max_recoveries: 3}`")
         known = {f.name: f for f in fields(cls)}
         out: dict[str, Any] = {}
         for key, value in data.items():
@@ -79,18 +82,18 @@ def _check(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise FieldError(path, "a whole number ≥ 0", value, "e.g. max_recoveries: 3")
         return value
-    if key == "elastic":
+    if key in ("elastic", "standby"):
         if not isinstance(value, bool):
-            raise FieldError(path, "true or false", value)
+            raise FieldError(path, "true or false", value, f"write {key}: true or {key}: false")
         return value
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86400:
-            raise FieldError(path, "seconds, more than 0 and at most 86400", value)
+            raise FieldError(path, "seconds, more than 0 and at most 86400", value, f"e.g. {key}: {default:g}")
         return float(value)
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise FieldError(path, "a non-empty string", value)
+        raise FieldError(path, "a non-empty string", value, f"give {key} a name or remove it")
     if key in ("checkpoint_dir", "host_path") and not value.startswith("/"):
         raise FieldError(path, "an absolute path", value, "start the path with /")
     return value

@@ -18,6 +18,7 @@ from core.backends.base import Backend, LaunchPlan, WorkspaceState
 from core.clusters import get_cluster
 from core.errors import FieldError, InvalidInput, NotFound
 from core.models import Status, Workspace, WorkspaceSpec, parse_yaml
+from core.recovery import RecoverySettings
 from core.secrets import SecretStore
 from core.store import Store
 
@@ -184,6 +185,8 @@ class WorkspaceService:
         """Ask the backend for the live status and remember it (and the last loss)."""
         backend = self.backend(ws.cluster)
         state = backend.status(ws.id)
+        if state.status in (Status.FAILED.value, Status.RUNNING.value, Status.PENDING.value):
+            state = self._maybe_recover(backend, ws, state)
         rows = backend.metrics(ws.id)
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), ws.last_loss)
         if state.status != ws.status or loss != ws.last_loss:
@@ -192,6 +195,19 @@ class WorkspaceService:
                              (state.status, loss, time.time(), ws.id))
             ws.status, ws.last_loss = state.status, loss
         return state
+
+    def _maybe_recover(self, backend: Backend, ws: Workspace, state: WorkspaceState) -> WorkspaceState:
+        """The recovery check the app and CLI run on every refresh, within the retry budget."""
+        budget = RecoverySettings.from_dict(ws.spec.recovery).max_recoveries
+        used = sum(e["kind"] == "recovery" for e in self.events(ws.id))
+        if used >= budget:
+            return state
+        cause = backend.recover(ws.id, ws.spec, state)
+        if cause is None:
+            return state
+        self.record_event(ws.id, "recovery", {"scope": "workspace", "workers": [w.name for w in state.workers],
+                                              "cause": cause, "attempt": used + 1, "budget": budget})
+        return backend.status(ws.id)
 
     def status(self, workspace_id: str) -> WorkspaceState:
         return self.refresh(self.get(workspace_id))

@@ -34,6 +34,7 @@ from core.recipe_catalog import presets, recipe_env
 from core.recovery import RecoverySettings
 
 POLL_S = 0.2
+VANISHED = "its supervisor process vanished"
 
 
 def _cuda_available() -> bool:
@@ -95,10 +96,14 @@ class LocalBackend(Backend):
                   "worker_argv": self._worker_argv(config_path), "mode": self._mode(spec),
                   "workers": spec.workers,
                   "max_recoveries": RecoverySettings.from_dict(spec.recovery).max_recoveries,
+                  "standby": RecoverySettings.from_dict(spec.recovery).standby,
                   "env": self._env(workspace_id, spec, "WANDB_API_KEY" in secret_refs),
                   "secret_refs": secret_refs, "secrets_path": str(paths.secrets_path())}
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
-        env = dict(os.environ, PYTHONPATH=launch["env"]["PYTHONPATH"])
+        self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=launch["env"]["PYTHONPATH"]))
+        return str(run_dir)
+
+    def _start_supervisor(self, run_dir: Path, env: dict[str, str]) -> None:
         env.pop("WANDB_API_KEY", None)
         env.pop("HF_TOKEN", None)
         with open(run_dir / "logs" / "supervisor.log", "ab") as log:
@@ -109,11 +114,22 @@ class LocalBackend(Backend):
         if proc.wait(timeout=30) != 0:
             raise BackendError("the local supervisor did not start",
                                f"see {run_dir / 'logs' / 'supervisor.log'}")
-        return str(run_dir)
 
     def _worker_argv(self, config_path: Path) -> list[str]:
         """One worker of an elastic pool (rank and store come from its environment)."""
         return [sys.executable, "-m", "recipes.train", "--config", str(config_path)]
+
+    def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
+        """The supervisor itself vanished (killed, or the machine rebooted): start a new
+        one in the same run directory; the workers resume from the newest checkpoint.
+        (Failures of workers are the supervisor's own business.)"""
+        run_dir = self.run_dir(workspace_id)
+        if state.reason != VANISHED or not (run_dir / "launch.json").exists():
+            return None
+        kill_all(workspace_processes(workspace_id), grace=5)
+        (run_dir / "supervisor.pid").unlink(missing_ok=True)
+        self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=recipe_env()["PYTHONPATH"]))
+        return "the supervisor process vanished"
 
     # observe ----------------------------------------------------------------
     def history(self, workspace_id: str) -> list[dict]:
@@ -144,7 +160,7 @@ class LocalBackend(Backend):
             return WorkspaceState((Status.RUNNING if started else Status.PENDING).value, "", workers)
         if not (run_dir / "supervisor.pid").exists() and time.time() - run_dir.stat().st_mtime < 30:
             return WorkspaceState(Status.PENDING.value, "starting", workers)
-        return WorkspaceState(Status.FAILED.value, "its supervisor process vanished", workers)
+        return WorkspaceState(Status.FAILED.value, VANISHED, workers)
 
     def _workers(self, run_dir: Path, ended: str | None = None) -> list[WorkerState]:
         logs = sorted((run_dir / "logs").glob("worker-*.log"),

@@ -1,3 +1,6 @@
+import shutil
+from pathlib import Path
+
 import pytest
 
 from core.workspaces import WorkspaceService
@@ -5,8 +8,9 @@ from core.workspaces import WorkspaceService
 
 @pytest.fixture(autouse=True)
 def geotrain_home(tmp_path, monkeypatch):
-    """Each fault test gets its own state directory (real SQLite, real run directories);
-    whatever it deployed is deleted afterwards, pass or fail, so no process outlives it."""
+    """Each fault test gets its own state directory (real SQLite, real run directories).
+    Local workspaces it deployed are deleted afterwards, pass or fail, so no process
+    outlives the test; their logs and history are kept under <tmp>/kept for a post-mortem."""
     home = tmp_path / "home"
     monkeypatch.setenv("GEOTRAIN_HOME", str(home))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -14,9 +18,9 @@ def geotrain_home(tmp_path, monkeypatch):
     yield home
     service = WorkspaceService()
     for ws in service.list(refresh=False):
-        keep = home.parent / "kept" / ws.id
-        if ws.run_dir:
-            import shutil
-
-            shutil.copytree(ws.run_dir, keep, ignore=shutil.ignore_patterns("*.pt"), dirs_exist_ok=True)
+        if ws.cluster != "local":
+            continue
+        if ws.run_dir and Path(ws.run_dir).is_dir():
+            shutil.copytree(ws.run_dir, tmp_path / "kept" / ws.id,
+                            ignore=shutil.ignore_patterns("*.pt"), dirs_exist_ok=True)
         service.delete(ws.id)
