@@ -131,13 +131,16 @@ class CheckpointStore:
         return True
 
     def newest_complete(self) -> int | None:
-        """The newest complete step of this rank, fetching newer ones from the hub first."""
-        if self.hub is not None:
-            self.hub.fetch_newer(self.root, self.rank, max(self.steps_on_disk(), default=-1))
-        for step in reversed(self.steps_on_disk()):
-            if self.is_complete(step):
+        """The newest complete step of this rank, on disk or (when newer) on the hub."""
+        local = next((s for s in reversed(self.steps_on_disk()) if self.is_complete(s)), None)
+        if self.hub is None:
+            return local
+        for step in reversed(self.hub.steps(self.rank)):
+            if local is not None and step <= local:
+                break
+            if self.hub.download(self.root, self.rank, step) and self.is_complete(step):
                 return step
-        return None
+        return local
 
     def complete_steps(self) -> list[int]:
         return [s for s in self.steps_on_disk() if self.is_complete(s)]
@@ -190,23 +193,26 @@ class HubMirror:
             self.thread.join()
             self.thread = None
 
-    def fetch_newer(self, root: Path, rank: int, newer_than: int) -> None:
-        """Download this rank's hub checkpoints newer than `newer_than` (manifest last)."""
+    def steps(self, rank: int) -> list[int]:
+        """Steps for which the hub holds this rank's manifest (so its file was uploaded first)."""
         try:
             files = self.api.list_repo_files(self.repo)
         except Exception as exc:
             warn(f"cannot list the HF Hub repo {self.repo}: {exc}")
-            return
-        steps = sorted({int(m.group(1)) for f in files
-                        if (m := re.match(rf"^checkpoints/step_(\d{{8}})/rank_{rank}\.json$", f))})
-        for step in reversed([s for s in steps if s > newer_than]):
-            data_path, manifest_path = rank_files(root, step, rank)
-            data_path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                for path in (data_path, manifest_path):
-                    got = self.api.hf_hub_download(self.repo, f"checkpoints/{path.parent.name}/{path.name}")
-                    shutil.copyfile(got, path.with_name(f".{path.name}.tmp"))
-                    os.replace(path.with_name(f".{path.name}.tmp"), path)
-                return
-            except Exception as exc:
-                warn(f"download of step {step} from the HF Hub failed: {exc}")
+            return []
+        return sorted({int(m.group(1)) for f in files
+                       if (m := re.match(rf"^checkpoints/step_(\d{{8}})/rank_{rank}\.json$", f))})
+
+    def download(self, root: Path, rank: int, step: int) -> bool:
+        """Copy one rank's checkpoint from the hub to disk, file first, manifest last."""
+        data_path, manifest_path = rank_files(root, step, rank)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            for path in (data_path, manifest_path):
+                got = self.api.hf_hub_download(self.repo, f"checkpoints/{path.parent.name}/{path.name}")
+                shutil.copyfile(got, path.with_name(f".{path.name}.tmp"))
+                os.replace(path.with_name(f".{path.name}.tmp"), path)
+            return True
+        except Exception as exc:
+            warn(f"download of step {step} from the HF Hub failed: {exc}")
+            return False
