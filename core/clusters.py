@@ -64,3 +64,11 @@ def delete_cluster(store: Store, name: str) -> None:
     with store.write() as conn:
         if conn.execute("DELETE FROM clusters WHERE name=?", (name,)).rowcount == 0:
             raise NotFound(f"no cluster named {name!r}", "see `geotrain clusters list`")
+
+
+def network_matrix(store: Store, name: str) -> list[tuple[str, str, float | None, float | None]]:
+    """Measured (src, dst, latency_ms, mbit_s) for every ordered pair of a cluster's nodes."""
+    with store.read() as conn:
+        rows = conn.execute("SELECT src, dst, latency_ms, mbit_s FROM net_matrix WHERE cluster=?"
+                            " ORDER BY src, dst", (name,)).fetchall()
+    return [(r["src"], r["dst"], r["latency_ms"], r["mbit_s"]) for r in rows]

@@ -14,6 +14,7 @@ import yaml
 
 from core.k8s_names import job_name, label_value, rocm_variant, validate_image
 from core.models import Cluster, WorkspaceSpec
+from core.secrets import TOKEN_ENV
 from core.node_inventory import GPU_RESOURCE, NodeGroup, allocate, dist_backend
 from core.recovery_manifests import add_recovery
 
@@ -28,11 +29,11 @@ RDZV_WAIT_S = 600  # how long a pod waits for the headless Service to resolve (v
 # tolerate slow round trips.
 RDZV_CONF = "join_timeout=900,read_timeout=120,last_call_timeout=30,close_timeout=60"
 CONFIG_DIR = "/etc/geotrain"
+WORK_DIR = "/workspace"  # an emptyDir: checkpoints outlive a container restart, so torchrun resumes
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 WORKSPACE_LABEL = "geotrain.io/workspace"
 WORKSPACE_ANNOTATION = "geotrain.io/workspace-id"
 MANAGED = {"app.kubernetes.io/managed-by": "geotrain"}
-TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN"}
 # Several TCP streams per peer fill a long fat pipe better than one.
 WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
 
@@ -68,18 +69,27 @@ def _metadata(workspace_id: str, name: str, namespace: str) -> dict[str, Any]:
             "annotations": {WORKSPACE_ANNOTATION: workspace_id}}
 
 
-def recipe_config(spec: WorkspaceSpec) -> dict[str, Any]:
-    """The recipe's YAML: the detailed config core.workspaces resolved (headline fields if none)."""
-    if spec.config:
-        return dict(spec.config)
-    return {"model": spec.model, "size": spec.size, "gradient_compression": spec.preset,
-            "steps": spec.steps}
+def recipe_config(spec: WorkspaceSpec, backend: str | None = None) -> dict[str, Any]:
+    """The recipe's YAML: the config core.workspaces resolved, with pod paths and backend.
+
+    The collective backend is pinned when the job mixes vendors or CPUs (gloo): left on
+    "auto", NVIDIA and AMD ranks would each pick their own NCCL/RCCL.
+    """
+    config = dict(spec.config) if spec.config else {
+        "model": spec.model, "size": spec.size, "gradient_compression": spec.preset,
+        "steps": spec.steps}
+    config["out_dir"] = f"{WORK_DIR}/out"
+    if backend:
+        config["dist"] = {**(config.get("dist") or {}), "backend": backend}
+    return config
 
 
-def render_config_map(workspace_id: str, spec: WorkspaceSpec, namespace: str) -> dict[str, Any]:
+def render_config_map(workspace_id: str, spec: WorkspaceSpec, namespace: str,
+                      backend: str | None = None) -> dict[str, Any]:
+    config = recipe_config(spec, backend)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _metadata(workspace_id, config_map_name(workspace_id), namespace),
-            "data": {"config.yaml": yaml.safe_dump(recipe_config(spec), sort_keys=False)}}
+            "data": {"config.yaml": yaml.safe_dump(config, sort_keys=False)}}
 
 
 def render_secret(workspace_id: str, tokens: dict[str, str], namespace: str) -> dict[str, Any]:
@@ -145,7 +155,9 @@ def _pod_template(workspace_id: str, job: str, image: str, cluster: Cluster, gro
         "env": _env(workspace_id, job, backend, group, secret_keys),
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
         "resources": _resources(group),
+        "workingDir": WORK_DIR,
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                         {"name": "work", "mountPath": WORK_DIR},
                          {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     spec: dict[str, Any] = {
@@ -153,6 +165,7 @@ def _pod_template(workspace_id: str, job: str, image: str, cluster: Cluster, gro
         "containers": [container],
         "affinity": _affinity(workspace_id, group),
         "volumes": [{"name": "config", "configMap": {"name": f"{job}-config"}},
+                    {"name": "work", "emptyDir": {}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }
     runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
@@ -213,7 +226,8 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                      tokens: dict[str, str]) -> list[dict[str, Any]]:
     """ConfigMap, Secret (when there are tokens) and Job, in the order they are created."""
     job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens)
-    out = [render_config_map(workspace_id, spec, namespace)]
+    backend = dist_backend(allocate(groups, spec.workers, cluster.name))
+    out = [render_config_map(workspace_id, spec, namespace, backend)]
     if tokens:
         out.append(render_secret(workspace_id, tokens, namespace))
     return out + [job]

@@ -60,10 +60,9 @@ def groups_from_nodes(nodes: Iterable[Node]) -> list[NodeGroup]:
     """Groups from node records (facts["gpus"] is a list of {"name", "vendor"?})."""
     members = []
     for node in nodes:
-        gpus = node.facts.get("gpus") or []
-        vendors = {_vendor_of_gpu(g) for g in gpus}
-        vendor = "cpu" if not gpus else ("nvidia" if "nvidia" in vendors else "amd")
-        members.append((node.name, vendor, len(gpus)))
+        vendors = [_vendor_of_gpu(g) for g in node.facts.get("gpus") or []]
+        vendor = "nvidia" if "nvidia" in vendors else ("amd" if vendors else "cpu")
+        members.append((node.name, vendor, vendors.count(vendor) if vendors else 0))
     return _group(members)
 
 

@@ -90,6 +90,10 @@ class NodePool:
     def show(self, name: str) -> Node:
         return get_node(self.store, name)
 
+    def connection(self, node: Node) -> Connection:
+        """A lazy SSH connection to a pooled node: its pinned host key, no questions asked."""
+        return self._connection(node, set(), ask=False)
+
     # gathering facts -------------------------------------------------------------------
     def _connection(self, node: Node | ImportRequest, trusted: set[str], ask: bool) -> Connection:
         return Connection(node.host, node.port, node.username, key_path=node.key_path,
@@ -164,7 +168,7 @@ class NodePool:
     def refresh(self, names: list[str] | None = None) -> list[Node]:
         """Gather facts again for the named nodes (all when none), in parallel."""
         nodes = [self.show(n) for n in names] if names else self.list()
-        outcomes = run_each(nodes, lambda n: self._gather(self._connection(n, set(), ask=False)),
+        outcomes = run_each(nodes, lambda n: self._gather(self.connection(n)),
                             timeout=self.node_timeout + self.connect_timeout)
         for node, outcome in zip(nodes, outcomes):
             if isinstance(outcome, BaseException):

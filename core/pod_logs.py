@@ -21,6 +21,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 CONTAINER = "trainer"
+# recipes.train prints "[rank 0] step 20/200 loss 3.1416 lr 3.00e-03 outer 1 sent 0.125MB 12.5ms/step"
+_PROGRESS_RE = re.compile(r"\[rank 0\] step (\d+)/\d+ loss (\S+) lr (\S+) outer (\d+) "
+                          r"sent ([\d.]+)MB ([\d.]+)ms/step")
 _TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$")
 
 
@@ -47,6 +50,19 @@ def split_timestamp(line: str) -> tuple[tuple[str, str] | None, str]:
     if not match:
         return None, line
     return (match.group(1), (match.group(2) or "").ljust(9, "0")), text
+
+
+def progress_row(line: str) -> dict[str, Any] | None:
+    """A metrics row from one of rank 0's progress lines; None for any other line."""
+    match = _PROGRESS_RE.search(line)
+    if not match:
+        return None
+    step, loss, lr, outer, sent, ms = match.groups()
+    try:
+        return {"step": int(step), "loss": float(loss), "lr": float(lr), "outer_step": int(outer),
+                "bytes_sent": int(float(sent) * 1e6), "step_time": float(ms) / 1000}
+    except ValueError:
+        return None
 
 
 def read_json(response: Any) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from pathlib import Path
 from core import paths
 
 _MIN_SECRET_LEN = 6
+# Token kind -> the environment variable that carries it to workers.
+TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN"}
 
 
 class SecretStore:

@@ -142,8 +142,9 @@ class PinnedHostKeyPolicy(paramiko.MissingHostKeyPolicy):
                 f"the new fingerprint with its admin and retry with --trust-host-key {fp}")
         if self.trusted and fp not in self.trusted:
             raise HostKeyError(
-                f"{label} offers host key {fp}, not the one given with --trust-host-key",
-                "check the fingerprint (`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on the server)")
+                f"{label} offers host key {fp}, not one given with --trust-host-key",
+                "check it on the server (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`); "
+                f"if it is that server's key, add --trust-host-key {fp}")
         if fp in self.trusted or (self.confirm and self.confirm(label, key.get_name(), fp)):
             self.known.pin(label, *offered)
             return
@@ -158,6 +159,8 @@ def _transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc, (EOFError, ConnectionResetError)):
         return True
+    if isinstance(exc.__context__, (socket.timeout, TimeoutError)):
+        return False  # a server that said nothing in time: retrying only waits longer
     text = str(exc).lower()
     return isinstance(exc, paramiko.SSHException) and ("banner" in text or "reset" in text)
 
@@ -214,6 +217,9 @@ class Connection:
         where = f"{self.label}" + (f" (via {self.jump})" if self.jump else "")
         if isinstance(exc, SSHError):
             return exc
+        if isinstance(exc, paramiko.ChannelException) and self.jump:
+            return Unreachable(f"{where}: the jump host cannot reach {self.host}:{self.port} "
+                               f"({exc.text or exc})", "check the address as seen from the jump host")
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and exc.errors:
             exc = next(iter(exc.errors.values()))
         if isinstance(exc, paramiko.AuthenticationException):
@@ -227,7 +233,10 @@ class Connection:
         if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
             return Unreachable(f"{where}: connection refused — no SSH server on port {self.port}",
                                "check the port in --endpoint HOST:PORT and that sshd runs")
-        if isinstance(exc, (socket.timeout, TimeoutError)):
+        # "No existing session": the handshake wait ran out before the server spoke
+        if isinstance(exc, (socket.timeout, TimeoutError)) or \
+                isinstance(exc.__context__, (socket.timeout, TimeoutError)) or \
+                "no existing session" in str(exc).lower():
             return Unreachable(f"{where}: no answer within {self.connect_timeout:g}s",
                                "check the address, that the server is up and that a "
                                "firewall lets SSH through")

@@ -19,10 +19,9 @@ from core.clusters import get_cluster
 from core.errors import FieldError, InvalidInput, NotFound
 from core.models import Status, Workspace, WorkspaceSpec, parse_yaml
 from core.recovery import RecoverySettings
-from core.secrets import SecretStore
+from core.secrets import TOKEN_ENV, SecretStore
 from core.store import Store
 
-TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN"}
 DEFAULTS = {"model": "gpt-neo", "size": "tiny", "preset": "medium", "workers": 2, "steps": 200}
 
 

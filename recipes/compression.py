@@ -18,38 +18,57 @@ FP4_MAX = 6.0
 
 
 class BlockCodec:
-    """Quantise blocks of `block` values to `bits` (8: fp8 e4m3, 4: fp4 e2m1) with fp32 absmax scales."""
+    """Quantise blocks of `block` values with one fp32 scale per block.
+
+    8: fp8 e4m3 (absmax -> 448); 4: fp4 e2m1 (absmax -> 6), two codes per byte;
+    1: sign bits, eight per byte, scaled by the block's mean |x| (1-bit with error feedback).
+    """
 
     def __init__(self, bits: int, block: int = 128) -> None:
-        if bits not in (8, 4):
-            raise ValueError(f"BlockCodec handles 8 or 4 bits, not {bits}")
-        if block <= 0 or block % 2:
-            raise ValueError(f"block must be a positive even number, not {block}")
+        if bits not in (8, 4, 1):
+            raise ValueError(f"BlockCodec handles 8, 4 or 1 bits, not {bits}")
+        multiple = 8 if bits == 1 else 2  # whole bytes of codes per block
+        if block <= 0 or block % multiple:
+            raise ValueError(f"block must be a positive multiple of {multiple}, not {block}")
         self.bits, self.block = bits, block
 
     def payload_bytes(self, numel: int) -> int:
         blocks = math.ceil(numel / self.block)
-        return blocks * self.block * self.bits // 8 + blocks * 4
+        return self._code_bytes(numel) + blocks * 4
+
+    def _code_bytes(self, numel: int) -> int:
+        """Codes for the values only: the padding of the last block is not sent."""
+        return math.ceil(numel * self.bits / 8)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         blocks = _pad_to_blocks(x.detach().float().flatten(), self.block)
+        tiny = torch.finfo(torch.float32).tiny
+        if self.bits == 1:
+            scales = blocks.abs().mean(dim=1, keepdim=True).clamp_min(tiny)
+            codes = _pack_signs(blocks.flatten())[:self._code_bytes(x.numel())]
+            return torch.cat([codes, scales.flatten().view(torch.uint8)])
         absmax = blocks.abs().amax(dim=1, keepdim=True)
         top = FP8_MAX if self.bits == 8 else FP4_MAX
-        scales = torch.where(absmax > 0, absmax / top, torch.ones_like(absmax))
+        # clamp: a denormal absmax / top underflows to 0 and 0/0 would put NaN on the wire
+        scales = (absmax / top).clamp_min(tiny)
         scaled = blocks / scales
         if self.bits == 8:
-            codes = scaled.to(torch.float8_e4m3fn).view(torch.uint8).flatten()
+            codes = scaled.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).view(torch.uint8).flatten()
         else:
             codes = _pack_nibbles(_fp4_codes(scaled.flatten()))
+        codes = codes[:self._code_bytes(x.numel())]
         return torch.cat([codes, scales.flatten().view(torch.uint8)])
 
     def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
         blocks = math.ceil(numel / self.block)
-        code_bytes = blocks * self.block * self.bits // 8
+        code_bytes = self._code_bytes(numel)
         codes, scale_bytes = payload[:code_bytes], payload[code_bytes:code_bytes + blocks * 4]
-        scales = scale_bytes.contiguous().view(torch.float32).view(blocks, 1)
+        codes = torch.cat([codes, codes.new_zeros(blocks * self.block * self.bits // 8 - code_bytes)])
+        scales = scale_bytes.clone().view(torch.float32).view(blocks, 1)
         if self.bits == 8:
-            values = codes.contiguous().view(torch.float8_e4m3fn).float()
+            values = codes.view(torch.float8_e4m3fn).float()
+        elif self.bits == 1:
+            values = _unpack_signs(codes)
         else:
             values = _fp4_values(_unpack_nibbles(codes))
         return (values.view(blocks, self.block) * scales).flatten()[:numel]
@@ -78,6 +97,18 @@ def _fp4_values(codes: torch.Tensor) -> torch.Tensor:
 def _pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
     pairs = codes.view(-1, 2)
     return pairs[:, 0] | (pairs[:, 1] << 4)
+
+
+def _pack_signs(x: torch.Tensor) -> torch.Tensor:
+    bits = (x < 0).to(torch.uint8).view(-1, 8)
+    weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8, device=x.device)
+    return (bits * weights).sum(dim=1, dtype=torch.uint8)
+
+
+def _unpack_signs(packed: torch.Tensor) -> torch.Tensor:
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    bits = ((packed.unsqueeze(1) >> shifts) & 1).flatten().float()
+    return 1.0 - 2.0 * bits
 
 
 def _unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from recipes.config_schema import TrainConfig
 
 PRESETS_PATH = Path(__file__).with_name("presets.yaml")
 CONFIGS_DIR = Path(__file__).with_name("configs")
-WIRE_BITS = (32, 16, 8, 4)
+WIRE_BITS = (32, 16, 8, 4, 1)
 
 
 class ConfigError(Exception):
@@ -171,7 +171,7 @@ def _semantic_errors(cfg: TrainConfig, presets: dict, chk: _Checker) -> None:
         if value <= 0:
             chk.error(path, "a positive integer", value, f"{path} must be at least 1")
     if cfg.diloco.bits is not None and cfg.diloco.bits not in WIRE_BITS:
-        chk.error("diloco.bits", "one of 32, 16, 8, 4", cfg.diloco.bits, "wire bits must be 32, 16, 8 or 4")
+        chk.error("diloco.bits", "one of 32, 16, 8, 4, 1", cfg.diloco.bits, "wire bits must be 32, 16, 8, 4 or 1")
     if cfg.optim.lr <= 0:
         chk.error("optim.lr", "a positive float", cfg.optim.lr, "the learning rate must be positive")
     if len(cfg.optim.betas) != 2:

@@ -47,6 +47,8 @@ class DilocoConfig:
     """Values per quantisation scale; null takes the preset's value."""
     error_feedback: bool = True
     """Add what quantisation dropped this outer step to the next one."""
+    flush_bits: int = 0
+    """At the end of training, send the error-feedback residual once at these bits (0 = drop it)."""
     overlap: bool = False
     """Run the outer all-reduce during the next inner steps (one-outer-step-delayed update)."""
 
@@ -89,11 +91,11 @@ class DataConfig:
     """Where tokenized data is cached; relative to out_dir."""
     max_tokens: int = 0
     """Tokens to tokenize per worker into the cache (0 = enough for `steps`)."""
-    markov_order: int = 2
+    markov_order: int = 1
     """Markov chain order for synthetic text (context length of the chain)."""
     markov_alpha: float = 0.1
     """Dirichlet concentration of each next-token distribution (smaller = lower entropy)."""
-    markov_vocab: int = 32
+    markov_vocab: int = 64
     """Tokens used by the Markov chain (must fit the model vocabulary)."""
     image_size: Optional[int] = None
     """Image side in pixels; null takes the model size's value."""

@@ -180,7 +180,7 @@ def run(cfg: TrainConfig) -> int:
             losses, window_start = [], time.perf_counter()
         if every and step % every == 0 and step < cfg.steps:
             trainer.save(uploader)
-    trainer.algo.finish()
+    trainer.algo.finish(trainer.step)
     if trainer.membership:
         trainer.membership.mark_finished()
     result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,

@@ -15,6 +15,7 @@ Engineers running suites at the same time must use distinct prefixes and subnets
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import http.server
 import ipaddress
@@ -74,7 +75,7 @@ class TestHost:
     veth: str  # the bridge-side veth in the root namespace (for tc shaping)
     pid: int = 0  # sshd's pid, inside the host's namespaces
     private_dirs: tuple[str, ...] = ()
-    plain_bashrc: bool = False  # hide this machine's /root/.bashrc from logins
+    plain_bashrc: bool = True  # hide this machine's /root/.bashrc from logins
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -155,8 +156,49 @@ def _kill_netns_processes(netns: str) -> None:
         time.sleep(pause)
 
 
+# Locks held by this process: lock name -> (open file, prefixes it is held for).
+# Another test run (another checkout, the same suite) using the same prefix or subnet
+# waits for them; a crashed run's locks vanish with it, so what it left behind is then
+# safe to remove.
+_held: dict[str, tuple[object, set[str]]] = {}
+LOCK_WAIT_S = 600
+
+
+def _lock(name: str, prefix: str) -> None:
+    if name in _held:
+        _held[name][1].add(prefix)
+        return
+    (BASE_DIR / ".locks").mkdir(parents=True, exist_ok=True)
+    handle = open(BASE_DIR / ".locks" / f"{name}.lock", "w")
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                handle.close()
+                raise RuntimeError(f"test hosts {name} busy for {LOCK_WAIT_S}s (another test run?)")
+            time.sleep(0.2)
+    _held[name] = (handle, {prefix})
+
+
+def _unlock(prefix: str) -> None:
+    for name, (handle, prefixes) in list(_held.items()):
+        prefixes.discard(prefix)
+        if not prefixes:
+            del _held[name]
+            handle.close()
+
+
 def teardown(prefix: str) -> None:
-    """Remove every host and the bridge of `prefix`, including a crashed run's leftovers."""
+    """Remove every host and the bridge of `prefix`, and let other test runs have them."""
+    _remove(prefix)
+    _unlock(prefix)
+
+
+def _remove(prefix: str) -> None:
+    """Remove the hosts and bridge of `prefix`, including a crashed run's leftovers."""
     for netns in _names(prefix):
         _kill_netns_processes(netns)
         _ip("netns", "del", netns, check=False)
@@ -221,20 +263,23 @@ def _wait_listening(host: TestHost, timeout: float = 15) -> None:
 
 def create_hosts(n: int, prefix: str = "gtn", subnet: str = "10.201.0.0/24",
                  sshd_extra: str = "", private_dirs: tuple[str, ...] = PRIVATE_DIRS,
-                 port: int = 22, plain_bashrc: bool = False) -> list[TestHost]:
+                 port: int = 22, plain_bashrc: bool = True) -> list[TestHost]:
     """Make `n` hosts named `{prefix}0…`; first removes leftovers of the same prefix.
 
     `sshd_extra` is appended to each sshd_config (e.g. a `ForceCommand`).
-    `plain_bashrc` hides this machine's /root/.bashrc (here it runs `pyenv init`,
-    ~0.3 s of CPU per SSH command) so logins cost what they cost on a fresh server. Call
-    `teardown(prefix)` when done, or use `make_hosts`, which always does.
+    `plain_bashrc` (default) hides this machine's /root/.bashrc from SSH sessions: here it
+    runs `pyenv init` (~0.3 s of CPU per command, and a background `pyenv rehash` that,
+    killed by teardown, leaves a lock stalling every shell for 60 s).
+    Call `teardown(prefix)` when done, or use `make_hosts`, which always does.
     """
     if len(prefix) > 10 or not re.fullmatch(r"[a-z][a-z0-9]*", prefix):
         raise ValueError("prefix: 1-10 lowercase letters/digits (interface names are short)")
     net = ipaddress.ip_network(subnet)
     if n < 1 or n > net.num_addresses - 12:
         raise ValueError(f"{n} hosts do not fit in {subnet}")
-    teardown(prefix)
+    _lock(f"subnet-{net.network_address}-{net.prefixlen}", prefix)  # always subnet, then prefix
+    _lock(f"prefix-{prefix}", prefix)
+    _remove(prefix)
     for d in private_dirs:
         Path(d).mkdir(parents=True, exist_ok=True)  # mount points must exist
     root = BASE_DIR / prefix

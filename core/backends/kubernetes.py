@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -20,13 +19,14 @@ from core.kube_client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
                               SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
 from core.manifests import (WORKSPACE_ANNOTATION, config_map_name, manifests_yaml,
-                            recipe_config, render_manifests, secret_name, token_env_names)
+                            render_manifests, secret_name, token_env_names)
 from core.models import Cluster, Status, WorkspaceSpec
 from core.node_inventory import NodeGroup, cluster_groups
 from core.secrets import SecretStore
-from core.pod_logs import JobLogs, container_status, read_json
+from core.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.volcano_admission import admission_errors
 
+METRICS_TAIL_LINES = 2000
 JOB_PHASES = {
     "Pending": Status.PENDING, "Inqueue": Status.PENDING,
     "Running": Status.RUNNING, "Restarting": Status.RUNNING, "Completing": Status.RUNNING,
@@ -84,7 +84,7 @@ class KubernetesBackend(Backend):
         head = (f"# Volcano job {job_name(workspace_id)} on cluster {self.cluster.name!r}, "
                 f"namespace {self.namespace!r} (Secret values are never shown)\n")
         return LaunchPlan(description=head + manifests_yaml(manifests),
-                          config_yaml=yaml.safe_dump(recipe_config(spec), sort_keys=False))
+                          config_yaml=manifests[0]["data"]["config.yaml"])
 
     def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
         manifests = self._manifests(workspace_id, spec, self._token_values(secret_refs))
@@ -257,6 +257,19 @@ class KubernetesBackend(Backend):
                 terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
                 return terminated.get("exitCode")
         return None
+
+    def metrics(self, workspace_id: str) -> list[dict]:
+        """Progress rows parsed from rank 0's recent log lines (metrics.jsonl stays in the pod)."""
+        master = f"{job_name(workspace_id)}-master-0"
+        try:
+            with self._errors("reading the master's log"):
+                response = client.CoreV1Api(self.api).read_namespaced_pod_log(
+                    master, self.namespace, container=CONTAINER, tail_lines=METRICS_TAIL_LINES,
+                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        except ApiError:
+            return []  # not started yet, or gone
+        text = response.data.decode("utf-8", "replace")
+        return [row for row in map(progress_row, text.splitlines()) if row is not None]
 
     # logs ----------------------------------------------------------------------
     @staticmethod

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "core.cli.clusters",
     "core.cli.nodes",
     "core.cli.cluster_kubernetes",
+    "core.cli.cluster_bootstrap",
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.cli.output import dump_json, table
-from core.clusters import get_cluster, list_clusters
+from core.clusters import get_cluster, list_clusters, network_matrix
 from core.store import Store
 
 
@@ -31,11 +31,20 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    cluster = get_cluster(Store(), args.name)
+    store = Store()
+    cluster = get_cluster(store, args.name)
     data = dataclasses.asdict(cluster)
+    matrix = network_matrix(store, args.name)
+    data["network_matrix"] = [{"src": s, "dst": d, "latency_ms": lat, "mbit_s": bw}
+                              for s, d, lat, bw in matrix]
     if args.json:
         dump_json(data)
-    else:
-        for key, value in data.items():
-            print(f"{key}: {value}")
+        return 0
+    for key in ("name", "kind", "status", "nodes", "kubeconfig_path"):
+        print(f"{key}: {data[key]}")
+    if matrix:
+        print("network (measured over the mesh):")
+        table(["from", "to", "latency ms", "mbit/s"],
+              [[s, d, "-" if lat is None else f"{lat:.2f}", "-" if bw is None else f"{bw:.0f}"]
+               for s, d, lat, bw in matrix])
     return 0

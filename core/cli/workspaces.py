@@ -99,6 +99,7 @@ def cmd_deploy(args) -> int:
                                                 config_source="the edited spec"))
     tokens = _tokens(args)
     if args.dry_run:
+        spec.tokens = {name: "(given)" for name, value in tokens.items() if value}
         workspace_id, plan = service.plan(spec)
         print(plan.description.rstrip())
         for name, value in tokens.items():

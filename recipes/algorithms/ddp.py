@@ -41,7 +41,7 @@ class DDP:
         self.outer_step += 1
         return True
 
-    def finish(self) -> None:
+    def finish(self, step: int) -> None:
         """Nothing in flight between steps."""
 
     def state_dict(self) -> dict:

@@ -3,7 +3,7 @@
 Each rank keeps a decoupled momentum m <- decay*m + delta, sends only the k
 largest DCT coefficients of every `chunk`-wide piece of m and subtracts what it
 sent from m (error feedback). Indices are packed at ceil(log2 chunk) bits and
-values travel as block-scaled fp8, so a 64-wide chunk costs k*(6+8) bits.
+values travel as block-scaled fp8 or fp4, so a 64-wide chunk costs k*(6+8) or k*(6+4) bits.
 The payload is all-gathered: every rank's traffic grows with the number of ranks.
 """
 
@@ -45,13 +45,13 @@ def unpack_bits(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
 class DctTopKCodec:
     """Sparse DCT payloads: packed indices then fp8 values with block scales."""
 
-    def __init__(self, numel: int, chunk: int, topk: int, value_block: int = 128) -> None:
+    def __init__(self, numel: int, chunk: int, topk: int, value_bits: int = 8, value_block: int = 128) -> None:
         if not 0 < topk <= chunk:
             raise ValueError(f"topk must be in 1..{chunk}, not {topk}")
         self.numel, self.chunk, self.topk = numel, chunk, topk
         self.chunks = math.ceil(numel / chunk)
         self.index_bits = max(1, math.ceil(math.log2(chunk)))
-        self.values = BlockCodec(8, value_block)
+        self.values = BlockCodec(value_bits, value_block)
         self.dct = dct_matrix(chunk)
 
     @property
@@ -88,8 +88,9 @@ class DctTopKCodec:
 class DemoExchange:
     """DeMo's decoupled momentum as the error-feedback buffer of a DCT top-k exchange."""
 
-    def __init__(self, numel: int, chunk: int, topk: int, decay: float, wire: Wire) -> None:
-        self.codec = DctTopKCodec(numel, chunk, topk)
+    def __init__(self, numel: int, chunk: int, topk: int, decay: float, wire: Wire, value_bits: int = 8,
+                 value_block: int = 128) -> None:
+        self.codec = DctTopKCodec(numel, chunk, topk, value_bits, value_block)
         self.momentum = torch.zeros(numel)
         self.decay = decay
         self.wire = wire

@@ -26,12 +26,13 @@ class DiLoCo:
     name = "diloco"
 
     def __init__(self, model: torch.nn.Module, exchange, *, inner_steps: int, outer_lr: float,
-                 outer_momentum: float, overlap: bool = False, outer_update=None) -> None:
+                 outer_momentum: float, overlap: bool = False, outer_update=None, flush_bits: int = 0) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.exchange = exchange
         self.inner_steps = inner_steps
         self.outer_lr, self.outer_momentum = outer_lr, outer_momentum
         self.overlap = overlap
+        self.flush_bits = flush_bits
         self.outer_update = outer_update or self._nesterov
         self.global_flat = self._local_flat().cpu()
         self.anchor = self.global_flat.clone()  # where this phase's inner steps started
@@ -67,13 +68,18 @@ class DiLoCo:
             self.anchor = own_progress
         self.outer_step += 1
 
-    def finish(self) -> None:
-        """Land an exchange still in flight so every rank ends on the same weights."""
+    def finish(self, step: int) -> None:
+        """Sync the last partial phase, land an exchange in flight, optionally flush EF: ranks end equal."""
+        if step % self.inner_steps:
+            self.sync()
         if self.pending is not None:
             self.outer_update(self.exchange.finish(self.pending).cpu())
             self.pending = None
-            self._write_params(self.global_flat)
-            self.anchor = self.global_flat.clone()
+        residual = self.exchange.flush(self.flush_bits) if self.flush_bits and hasattr(self.exchange, "flush") else None
+        if residual is not None:  # a plain outer SGD step: the residual is progress that was never applied
+            self.global_flat.sub_(residual.cpu(), alpha=self.outer_lr)
+        self._write_params(self.global_flat)
+        self.anchor = self.global_flat.clone()
 
     def _nesterov(self, avg_delta: torch.Tensor) -> None:
         nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum)

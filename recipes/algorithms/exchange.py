@@ -83,6 +83,15 @@ class QuantizedExchange:
         decoded = [self.codec.decode(p, self.numel) for p in pending.gathered]
         return torch.stack(decoded).mean(dim=0)
 
+    def flush(self, bits: int) -> torch.Tensor | None:
+        """Average what error feedback still holds, sent once at `bits` (the end-of-training step)."""
+        if self.feedback.residual is None:
+            return None
+        codec = BlockCodec(bits, self.codec.block)
+        payload = codec.encode(self.feedback.residual)
+        self.feedback.residual = self.feedback.residual - codec.decode(payload, self.numel)
+        return torch.stack([codec.decode(p, self.numel) for p in self.wire.all_gather(payload)]).mean(dim=0)
+
     def state_dict(self) -> dict:
         return self.feedback.state_dict()
 

@@ -37,7 +37,7 @@ def build_data(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path):
         return OgbnArxiv(d.path, rank=rank, world_size=world_size)
     image_size = d.image_size or spec.get("image_size", 224)
     if d.source == "synthetic-images":
-        from recipes.data.images import SyntheticImages
+        from recipes.data.synthetic import SyntheticImages
 
         return SyntheticImages(num_classes=spec["num_labels"], image_size=image_size, batch_size=d.batch_size,
                                seed=cfg.seed, rank=rank)
@@ -47,7 +47,7 @@ def build_data(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path):
         return ImageFolderData(d.path, image_size=image_size, batch_size=d.batch_size, seed=cfg.seed,
                                rank=rank, world_size=world_size)
     if d.source == "synthetic-audio":
-        from recipes.data.audio import SyntheticAudio
+        from recipes.data.synthetic import SyntheticAudio
 
         return SyntheticAudio(seconds=d.audio_seconds, batch_size=d.batch_size, seed=cfg.seed, rank=rank)
     if d.source == "librispeech":

@@ -135,6 +135,20 @@ class FakeKubeAPI:
             self.cond.notify_all()
         self.start_container(name, ns)
 
+    def recreate_pod(self, name: str, ns: str = "default") -> None:
+        """Volcano's RestartJob: the pod is deleted and made again, same name, new uid."""
+        with self.cond:
+            old = self.objects.pop(("pods", ns, name))
+            self._current_buffer_of(old).ended = True
+            self.cond.notify_all()
+        labels = old["metadata"]["labels"]
+        index = int(name.rsplit("-", 1)[1])
+        self.add_pod(labels["volcano.sh/job-name"], labels["volcano.sh/task-spec"], index, ns)
+
+    def _current_buffer_of(self, pod: dict) -> LogBuffer:
+        status = pod["status"]["containerStatuses"][0]
+        return self.logs[(pod["metadata"]["name"], pod["metadata"]["uid"], status["restartCount"])]
+
     def delete_pods_of(self, job: str, ns: str) -> None:
         with self.cond:
             for key, obj in list(self.objects.items()):
@@ -275,6 +289,11 @@ class _Handler(BaseHTTPRequestHandler):
                                            "previous terminated container not found"))
         follow, stamps = query.get("follow") == "true", query.get("timestamps") == "true"
         since = int(query["sinceSeconds"]) if "sinceSeconds" in query else None
+        if "tailLines" in query and not follow:
+            with fake.cond:
+                text = b"".join(data for _, data in buffer.chunks)
+            lines = text.splitlines(keepends=True)[-int(query["tailLines"]):]
+            return self._send(200, b"".join(lines))
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")

@@ -145,6 +145,54 @@ def test_following_reopens_a_timed_out_stream_without_repeating_lines(fake, clus
     assert reopened and all(q["timestamps"] == "true" for q in reopened)
 
 
+def test_following_shows_a_crashed_container_first_and_a_recreated_pod_after(fake, cluster):
+    backend = KubernetesBackend(cluster, log_poll_s=0.1)
+    backend.deploy("ws-rj", make_spec(cluster="mycluster", workers=1), {})
+    pod = fake.add_pod("gt-ws-rj", "master", 0)
+    fake.write_log(pod, b"Traceback: CUDA error\n")
+    fake.restart_container(pod)  # crashed before anyone followed it
+    fake.write_log(pod, b"resumed from checkpoint at step 100\n")
+    fake.set_job_phase("gt-ws-rj", "Running")
+    got: list = []
+    follow = backend.logs("ws-rj", follow=True)
+    reader = threading.Thread(target=lambda: [got.append(item) for item in follow], daemon=True)
+    reader.start()
+    wait_for(lambda: len(got) == 2)
+    assert got == [("master-0 (previous)", "Traceback: CUDA error"),
+                   ("master-0", "resumed from checkpoint at step 100")]
+    fake.set_job_phase("gt-ws-rj", "Restarting")
+    fake.recreate_pod(pod)  # PodFailed -> RestartJob: same name, new uid
+    fake.set_job_phase("gt-ws-rj", "Running")
+    fake.write_log(pod, b"step 1 again\n")
+    wait_for(lambda: ("master-0", "step 1 again") in got)
+    fake.end_container(pod, 0)
+    fake.set_job_phase("gt-ws-rj", "Completed")
+    reader.join(timeout=10)
+    assert got[2:] == [("master-0", "── pod recreated ──"), ("master-0", "step 1 again")]
+
+
+@pytest.mark.parametrize("phase,expected", [("Pending", "PENDING"), ("Restarting", "RUNNING"),
+                                            ("Completed", "COMPLETED"), ("Failed", "FAILED"),
+                                            ("Aborted", "FAILED"), ("Terminated", "FAILED")])
+def test_volcano_job_phases_map_to_workspace_status(fake, cluster, phase, expected):
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-ph", make_spec(cluster="mycluster", workers=1), {})
+    fake.set_job_phase("gt-ws-ph", phase)
+    assert backend.status("ws-ph").status == expected
+
+
+def test_pending_reason_falls_back_to_the_pods_scheduling_message(fake, cluster):
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-pr", make_spec(cluster="mycluster", workers=1), {})
+    fake.forbidden.add(("GET", "podgroups"))  # no rights on PodGroups: the pod still tells
+    fake.add_pod("gt-ws-pr", "master", 0, running=False,
+                 scheduled_message="0/3 nodes are unavailable: 3 Insufficient nvidia.com/gpu; "
+                                   "gang unschedulable: pod group is not ready")
+    state = backend.status("ws-pr")
+    assert state.status == "PENDING" and state.reason.startswith("0/3 nodes are unavailable")
+    assert state.workers[0].status == "PENDING" and "Insufficient" in state.workers[0].detail
+
+
 def test_api_unreachable_is_a_clear_error(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -63,3 +63,11 @@ def test_add_kubernetes_cluster_problems_are_clear_and_nothing_is_recorded(fake,
     code, _, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)
     assert code == 2 and expected in err
     assert [c.name for c in list_clusters(Store())] == ["local"]
+
+
+def test_add_kubernetes_refuses_a_taken_name_before_contacting_the_cluster(fake, kubeconfig, capsys):
+    assert run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)[0] == 0
+    before = len(fake.requests)
+    code, _, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)
+    assert code == 2 and "a cluster named 'mycluster' already exists" in err
+    assert len(fake.requests) == before

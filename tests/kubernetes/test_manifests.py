@@ -69,6 +69,18 @@ def test_heterogeneous_job_has_one_task_per_node_group_and_gloo():
         "kubernetes.io/hostname"
 
 
+def test_config_map_holds_a_config_the_recipe_accepts():
+    from core import recipe_catalog
+
+    if not recipe_catalog.configs_dir().exists():
+        pytest.skip("recipes/configs is not on this branch")
+    spec = make_spec(workers=7, config=recipe_catalog.default_config("gpt-neo", "tiny"))
+    config_map = render_manifests("ws-mix", spec, CLUSTER, HETEROGENEOUS, "default", {})[0]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["dist"]["backend"] == "gloo" and config["out_dir"] == "/workspace/out"
+    assert recipe_catalog.config_errors(config) == []
+
+
 def test_nvidia_only_job_uses_nccl_and_plain_master_worker_tasks():
     job = render_volcano_job("ws-gpu", make_spec(workers=2), CLUSTER, HETEROGENEOUS[:1])
     assert [t["name"] for t in job["spec"]["tasks"]] == ["master", "worker"]

@@ -42,14 +42,18 @@ def test_service_and_cli_run_a_workspace_on_the_cluster(registered, capsys):
     master = fake.add_pod(job, "master", 0)
     worker = fake.add_pod(job, "worker", 0)
     fake.set_job_phase(job, "Running")
-    fake.write_log(master, b"step 1 loss 5.5\n")
+    fake.write_log(master, b"[rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent 0.125MB 12.5ms/step\n")
     fake.write_log(worker, b"rank 1 up\n")
     code, out, _ = run(capsys, "workspaces", "list", "--json")
-    assert code == 0 and [(w["id"], w["status"]) for w in json.loads(out)] == [(ws.id, "RUNNING")]
+    assert code == 0 and [(w["id"], w["status"], w["last_loss"]) for w in json.loads(out)] == \
+        [(ws.id, "RUNNING", 3.1416)]
+    assert WorkspaceService().metrics(ws.id) == [{"step": 10, "loss": 3.1416, "lr": 0.003, "outer_step": 0,
+                                                  "bytes_sent": 125000, "step_time": 0.0125}]
     code, out, _ = run(capsys, "workspaces", "show", ws.id)
     assert "master-0: RUNNING" in out and "worker-0: RUNNING" in out
     code, out, _ = run(capsys, "workspaces", "logs", ws.id)
-    assert out.splitlines() == ["[master-0] step 1 loss 5.5", "[worker-0] rank 1 up"]
+    assert out.splitlines() == ["[master-0] [rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent "
+                                "0.125MB 12.5ms/step", "[worker-0] rank 1 up"]
 
     code, out, _ = run(capsys, "workspaces", "delete", ws.id, "--yes")
     assert code == 0 and f"Deleted {ws.id}." in out

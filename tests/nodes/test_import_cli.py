@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -71,7 +74,7 @@ def test_import_three_hosts_at_once_and_list_json(make_test_hosts, ip_echo, caps
         assert facts["cpu"]["cores"] >= 1 and facts["memory"]["total_mb"] > 0
         assert facts["disk"]["free_gb"] > 0 and facts["udp_51820"]["free"]
         assert facts["sudo"]["root"] and facts["gpus"] == []
-        assert facts["public_ip"] == host.ip  # as the stand-in saw the node
+        assert facts["public_ip"] == host.ip, "the probe needs curl or wget here (apt-get install curl)"
     pins = known_hosts_path().read_text().splitlines()
     assert sorted(p.split()[0] for p in pins) == sorted(h.ip for h in hosts)
 
@@ -199,3 +202,52 @@ def test_non_linux_host_is_refused(make_test_hosts, capsys):
     code, _, err = cli(capsys, *import_ssh_args(host))
     assert code == 2 and "runs Darwin, not Linux" in err
     assert listed(capsys) == [] and not known_hosts_path().exists()
+
+
+def test_import_from_ssh_config_aliases_through_a_jump_host(make_test_hosts, capsys, tmp_path):
+    bastion, target = make_test_hosts(2)
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host Lab-Box\n  HostName {target.ip}\n  User root\n  IdentityFile {target.key_path}\n"
+                      f"  ProxyJump root@{bastion.ip}\n")
+    code, _, err = cli(capsys, "nodes", "import", "--from-ssh-config", "Lab-Box", "--ssh-config", str(config),
+                       "--trust-host-key", bastion.fingerprint, "--trust-host-key", target.fingerprint,
+                       "--datacenter", "lab")
+    assert code == 0, err
+    (node,) = listed(capsys)
+    assert (node["name"], node["host"], node["jump"], node["datacenter"]) == (
+        "lab-box", target.ip, f"root@{bastion.ip}", "lab")
+    assert node["facts"]["system"]["system"] == "Linux"
+    code, _, err = cli(capsys, "nodes", "import", "--from-ssh-config", "nope", "--ssh-config", str(config))
+    assert code == 2 and "no `Host nope` entry" in err
+
+
+def test_a_frozen_server_does_not_stall_refresh_of_the_others(make_test_hosts, capsys):
+    hosts = make_test_hosts(3)
+    for host in hosts:
+        assert cli(capsys, *import_ssh_args(host))[0] == 0
+    frozen = hosts[1]
+    os.kill(frozen.pid, signal.SIGSTOP)  # accepts TCP (kernel backlog), never says a word
+    try:
+        start = time.monotonic()
+        code, out, _ = cli(capsys, "nodes", "refresh", "--connect-timeout", "2")
+        elapsed = time.monotonic() - start
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    assert code == 1 and elapsed < 6
+    status = {n["name"]: (n["status"], n["blockers"]) for n in listed(capsys)}
+    assert status[frozen.name][0] == "UNREACHABLE"
+    assert "no answer within 2s" in status[frozen.name][1][0]
+    assert status[hosts[0].name] == ("AVAILABLE", []) and status[hosts[2].name] == ("AVAILABLE", [])
+
+
+def test_terminal_prompt_pins_the_key_the_person_accepts(make_test_hosts, capsys, monkeypatch):
+    (host,) = make_test_hosts(1)
+    answers = iter(["n", "yes"])
+    monkeypatch.setattr("core.cli.prompts._interactive", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    code, _, err = cli(capsys, *import_ssh_args(host, **{"--trust-host-key": None}))
+    assert code == 2 and host.fingerprint in err and "not trusted yet" in err
+    assert not known_hosts_path().exists()
+    code, _, err = cli(capsys, *import_ssh_args(host, **{"--trust-host-key": None}))
+    assert code == 0 and f"key fingerprint is {host.fingerprint}" in err
+    assert host.host_pubkey.split()[1] in known_hosts_path().read_text()

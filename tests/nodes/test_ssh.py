@@ -70,8 +70,9 @@ def test_host_key_is_pinned_on_first_contact_and_a_changed_key_refused(make_test
 
 def test_a_wrong_trusted_fingerprint_is_refused(make_test_hosts, known):
     a, b = make_test_hosts(2)
-    with pytest.raises(HostKeyError, match="not the one given with --trust-host-key"):
+    with pytest.raises(HostKeyError, match="not one given with --trust-host-key") as err:
         connect(a, known, trusted={b.fingerprint}).connect()
+    assert f"add --trust-host-key {a.fingerprint}" in err.value.hint
 
 
 def test_jump_host(make_test_hosts, known):
@@ -80,6 +81,9 @@ def test_jump_host(make_test_hosts, known):
     seen_from = conn.run("echo $SSH_CONNECTION").stdout.split()[0]
     conn.close()
     assert seen_from == jump.ip  # the target saw the jump host connect, not us
+    target.stop_sshd()
+    with pytest.raises(Unreachable, match=f"the jump host cannot reach {target.ip}:22"):
+        connect(target, known, jump=f"root@{jump.ip}", trusted={jump.fingerprint}).connect()
 
 
 def test_encrypted_key(make_test_hosts, known, tmp_path):

@@ -1,0 +1,68 @@
+"""The cluster's kubeconfig: fetched from the server, rewritten, stored per cluster.
+
+k3s writes a kubeconfig for https://127.0.0.1:6443 with entries named `default`; the
+stored copy points at the server's public address (in the certificate's SANs) and names
+everything after the cluster, so it can be merged into ~/.kube/config beside others.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from core import paths
+from core.bootstrap import k3s
+from core.bootstrap.plan import DeployContext, NodeTarget
+from core.bootstrap.runner import Phase, Step
+from core.bootstrap.session import StepFailed
+
+
+def cluster_kubeconfig_path(cluster: str) -> Path:
+    return paths.home() / "clusters" / cluster / "kubeconfig"
+
+
+def rewrite(text: str, cluster: str, server_url: str) -> str:
+    """Point the kubeconfig at `server_url` and rename its entries to `cluster`."""
+    data = yaml.safe_load(text) or {}
+    if not data.get("clusters") or not data.get("users"):
+        raise StepFailed("the server's kubeconfig has no cluster or user entry")
+    entry, user = data["clusters"][0], data["users"][0]
+    entry["name"], user["name"] = cluster, cluster
+    entry["cluster"]["server"] = server_url
+    data["clusters"], data["users"] = [entry], [user]
+    data["contexts"] = [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}]
+    data["current-context"] = cluster
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a credentials file with mode 0600 from the start (no readable window)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _fetch(ctx: DeployContext, target: NodeTarget) -> str:
+    plan = ctx.plan
+    result = target.session.fact(f"cat {plan.k3s.config_dir}/k3s.yaml")
+    if ctx.dry_run:
+        return "kubeconfig fetch skipped (dry run)"
+    if not result.ok:
+        raise StepFailed(f"no kubeconfig at {plan.k3s.config_dir}/k3s.yaml on {target.name}: "
+                         "run the k3s step first")
+    server = f"https://{target.spec.host}:6443"
+    path = cluster_kubeconfig_path(plan.name)
+    text = rewrite(result.stdout, plan.name, server)
+    if not path.exists() or path.read_text() != text:
+        write_private(path, text)
+    ctx.put_shared("kubeconfig_path", str(path))
+    return f"kubeconfig stored ({server})"
+
+
+STEP = Step("kubeconfig", [Phase("fetch", _fetch,
+                                 lambda ctx, alive: [t for t in alive if t.spec.role == "server"])])

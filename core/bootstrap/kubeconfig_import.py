@@ -1,0 +1,80 @@
+"""Merging a cluster's stored kubeconfig into ~/.kube/config: backed up, never overwritten silently.
+
+Entries (cluster, user, context) named after the cluster are added; if entries of that
+name exist with other content, the merge stops unless `force`, and a backup of the
+file is always written before any change.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import yaml
+
+from core.bootstrap.kubeconfig import write_private
+from core.clusters import get_cluster
+from core.errors import InvalidInput, NotFound
+from core.store import Store
+
+SECTIONS = ("clusters", "users", "contexts")
+
+
+def default_path() -> Path:
+    return Path("~/.kube/config").expanduser()
+
+
+def _load(path: Path, what: str) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{what} {path} is not valid YAML ({exc.__class__.__name__})",
+                           "fix or move the file and try again") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{what} {path} is not a kubeconfig mapping", "fix or move the file")
+    return data
+
+
+def merge(cluster: str, target: Path | None = None, force: bool = False,
+          store: Store | None = None) -> str:
+    """Merge; returns a one-line account of what happened (backup path included)."""
+    record = get_cluster(store or Store(), cluster)
+    if not record.kubeconfig_path or not Path(record.kubeconfig_path).is_file():
+        raise NotFound(f"cluster {cluster!r} has no stored kubeconfig yet",
+                       f"deploy it first: geotrain clusters deploy {cluster} --nodes …")
+    ours = _load(Path(record.kubeconfig_path), "stored kubeconfig")
+    path = Path(target).expanduser() if target else default_path()
+    theirs = _load(path, "kubeconfig") if path.exists() else {
+        "apiVersion": "v1", "kind": "Config", "preferences": {}}
+    clashes, same = [], True
+    for section in SECTIONS:
+        mine = {e["name"]: e for e in ours.get(section) or []}
+        for entry in theirs.get(section) or []:
+            if entry.get("name") in mine:
+                same = same and entry == mine[entry["name"]]
+                if entry != mine[entry["name"]]:
+                    clashes.append(f"{section[:-1]} {entry['name']!r}")
+    present = all(any(e.get("name") == cluster for e in theirs.get(s) or []) for s in SECTIONS)
+    if present and same:
+        return f"{path} already has cluster {cluster!r}: nothing to do"
+    if clashes and not force:
+        raise InvalidInput(f"{path} already has a different {', '.join(clashes)}",
+                           "pass --force to replace them (a backup is written first)")
+    backup = None
+    if path.exists():
+        stamp = time.strftime('%Y%m%d-%H%M%S')
+        backup = path.with_name(f"{path.name}.backup-{stamp}")
+        count = 1
+        while backup.exists():  # never replace an earlier backup
+            count += 1
+            backup = path.with_name(f"{path.name}.backup-{stamp}-{count}")
+        shutil.copy2(path, backup)
+    for section in SECTIONS:
+        mine = ours.get(section) or []
+        names = {e["name"] for e in mine}
+        theirs[section] = [e for e in theirs.get(section) or [] if e.get("name") not in names] + mine
+    theirs.setdefault("current-context", cluster)
+    write_private(path, yaml.safe_dump(theirs, sort_keys=False))
+    saved = f" (backup: {backup})" if backup else ""
+    return f"merged cluster {cluster!r} into {path}{saved}; use it: kubectl --context {cluster}"

@@ -1,0 +1,156 @@
+"""Undoing what geotrain installed: a node leaving a cluster, or a whole cluster.
+
+k3s goes (service, binary, data), the mesh interface and key pair go, containerd stops
+and the owner's own config comes back; packages geotrain installed are removed unless
+`keep_packages`. Best effort per node: every node is tried, failures are summed up.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Callable
+
+from core.bootstrap import k3s, services
+from core.bootstrap.containerd import BACKUP_PATH, CONFIG_PATH, SOCKET
+from core.bootstrap.deploy import AVAILABLE, DeployResult, ShellFactory, build_plan, deploy
+from core.bootstrap.kubeconfig import cluster_kubeconfig_path
+from core.bootstrap.packages import APT
+from core.bootstrap.plan import ClusterPlan, DeployContext, NodeTarget, ProgressEvent
+from core.bootstrap.runner import DeploySummary, Phase, Step
+from core.bootstrap.session import CommandLog
+from core.bootstrap.services import RUN_DIR
+from core.bootstrap.wireguard_boot import config_path
+from core.bootstrap.wireguard_mesh import KEY_PATH
+from core.clusters import delete_cluster as delete_record
+from core.clusters import get_cluster
+from core.errors import InvalidInput
+from core.secrets import SecretStore
+from core.store import Store
+
+
+def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) -> list[tuple]:
+    """The commands that remove geotrain's parts from one node, in order."""
+    opts = plan.k3s
+    systemd = target.facts.get("systemd")
+    stop_k3s = ("systemctl disable --now k3s k3s-agent 2>/dev/null;"
+                " rm -f /etc/systemd/system/k3s.service /etc/systemd/system/k3s-agent.service;"
+                " systemctl daemon-reload" if systemd else
+                " ".join(f"pid=$(cat {RUN_DIR}/{n}.pid 2>/dev/null) && kill $pid;"
+                         for n in ("k3s", "k3s-agent")) + " true")
+    cmds = [
+        (stop_k3s, "stopping k3s"),
+        (f"rm -rf {shlex.quote(opts.config_dir)} /var/lib/rancher/k3s {opts.bin_dir}/k3s;"
+         " ip link del flannel.1 2>/dev/null; ip link del cni0 2>/dev/null; true",
+         "removing k3s and its network devices"),
+        (f"if [ -S {SOCKET} ]; then c='ctr --address {SOCKET} -n k8s.io';"
+         " for t in $($c tasks ls -q); do $c tasks kill -s KILL $t; done; sleep 1;"
+         " for t in $($c tasks ls -q); do $c tasks rm -f $t; done;"
+         " $c containers ls -q | xargs -r $c containers rm; fi; true",
+         "removing the pods' containers"),
+        ((f"systemctl disable wg-quick@{plan.interface} 2>/dev/null; " if systemd else "") +
+         f"ip link del dev {plan.interface} 2>/dev/null;"
+         f" rm -f {KEY_PATH} {config_path(plan.interface)}; true",
+         "removing the mesh interface, its boot config and key pair"),
+        ("systemctl disable --now containerd" if systemd else
+         f"pid=$(cat {RUN_DIR}/containerd.pid 2>/dev/null) && kill $pid; true",
+         "stopping containerd"),
+        (f"if [ -f {BACKUP_PATH} ]; then mv {BACKUP_PATH} {CONFIG_PATH};"
+         f" else rm -f {CONFIG_PATH}; fi", "restoring the containerd config"),
+    ]
+    if systemd:
+        cmds.append((f"[ -f {CONFIG_PATH} ] && systemctl enable --now containerd; true",
+                     "restarting the owner's containerd"))
+    packages = target.state.get("installed_packages", [])
+    if packages and not keep_packages:
+        cmds.append((f"{APT} remove -y -q {' '.join(packages)}", "removing packages"))
+    cmds.append((f"rm -rf {RUN_DIR}", "removing geotrain's run files"))
+    return cmds
+
+
+def _undo(keep_packages: bool) -> Callable[[DeployContext, NodeTarget], str]:
+    def run(ctx: DeployContext, target: NodeTarget) -> str:
+        from core.bootstrap import host_facts
+
+        host_facts.gather(target)
+        target.session.change_all(undo_commands(ctx.plan, target, keep_packages), timeout=600)
+        return "geotrain's parts removed"
+    return run
+
+
+def _server_forgets(name: str) -> Callable[[DeployContext, NodeTarget], str | None]:
+    def run(ctx: DeployContext, target: NodeTarget) -> str | None:
+        kubectl = k3s.kubectl(ctx.plan)
+        if target.session.fact(f"{kubectl} get node {name} >/dev/null 2>&1").ok:
+            target.session.change(f"{kubectl} delete node {name} --wait=false",
+                                  what=f"deleting node {name} from Kubernetes")
+            return f"node {name} deleted from Kubernetes"
+        return None
+    return run
+
+
+def _on(names: set[str]):
+    return lambda ctx, alive: [t for t in alive if t.name in names]
+
+
+def _forget_members(store: Store, cluster: str, nodes: list[str]) -> None:
+    with store.write() as conn:
+        for node in nodes:
+            conn.execute("DELETE FROM cluster_nodes WHERE cluster=? AND node=?", (cluster, node))
+            conn.execute("DELETE FROM net_matrix WHERE cluster=? AND (src=? OR dst=?)",
+                         (cluster, node, node))
+            conn.execute("UPDATE nodes SET cluster=NULL, status=? WHERE name=?", (AVAILABLE, node))
+
+
+def remove_node(cluster: str, node: str, keep_packages: bool = False,
+                shell_factory: ShellFactory | None = None, store: Store | None = None,
+                on_event: Callable[[ProgressEvent], None] | None = None) -> DeployResult:
+    """Take `node` out of `cluster`: undo it there, drop its peer and Kubernetes node."""
+    store = store or Store()
+    record = get_cluster(store, cluster)
+    if node not in record.nodes:
+        raise InvalidInput(f"node {node!r} is not in cluster {cluster!r}",
+                           f"its nodes: {', '.join(record.nodes) or 'none'}")
+    plan = build_plan(store, cluster, [])
+    if plan.server.name == node and len(plan.nodes) > 1:
+        raise InvalidInput(f"{node} runs the cluster's k3s server and cannot leave alone",
+                           f"delete the whole cluster: geotrain clusters delete {cluster}")
+    server = plan.server.name
+    steps = [Step("remove", [Phase("undo", _undo(keep_packages), _on({node})),
+                             Phase("forget", _server_forgets(node), _on({server} - {node}))])]
+    result = deploy(plan, steps=steps, shell_factory=shell_factory, store=store,
+                    on_event=on_event, record=False)
+    if any(f.node == node for f in result.summary.failures):
+        return result  # keep the membership: re-running the removal retries it
+    _forget_members(store, cluster, [node])
+    rest = [n.name for n in plan.nodes if n.name != node]
+    if rest and plan.vpn:
+        after = build_plan(store, cluster, [])
+        peers = deploy(after, only=["wireguard"], shell_factory=shell_factory, store=store,
+                       on_event=on_event)
+        result.summary.failures += peers.summary.failures
+    return result
+
+
+def delete_cluster(cluster: str, keep_packages: bool = False,
+                   shell_factory: ShellFactory | None = None, store: Store | None = None,
+                   on_event: Callable[[ProgressEvent], None] | None = None) -> DeployResult:
+    """Undo geotrain's parts on every node, then forget the cluster and its secrets."""
+    store = store or Store()
+    record = get_cluster(store, cluster)
+    if record.kind != "geotrain":
+        raise InvalidInput(f"cluster {cluster!r} is a {record.kind} cluster: geotrain did not "
+                           "build it and will not tear it down", "")
+    if not record.nodes:
+        delete_record(store, cluster)
+        return DeployResult(DeploySummary([]), CommandLog())
+    plan = build_plan(store, cluster, [])
+    steps = [Step("delete", [Phase("undo", _undo(keep_packages))])]
+    result = deploy(plan, steps=steps, shell_factory=shell_factory, store=store,
+                    on_event=on_event, record=False)
+    if result.summary.failures:
+        return result
+    _forget_members(store, cluster, [n.name for n in plan.nodes])
+    delete_record(store, cluster)
+    SecretStore().delete_prefix(f"cluster/{cluster}/")
+    cluster_kubeconfig_path(cluster).unlink(missing_ok=True)
+    return result

@@ -1,0 +1,153 @@
+"""`geotrain clusters deploy|delete|add-node|remove-node|import-kubeconfig`: the wizard, headless."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from core.bootstrap import STEP_NAMES
+from core.bootstrap.deploy import DeployResult, build_plan, deploy
+from core.bootstrap.kubeconfig_import import merge
+from core.bootstrap.plan import ProgressEvent
+from core.bootstrap.teardown import delete_cluster, remove_node
+from core.cli.output import table
+from core.clusters import get_cluster
+from core.errors import InvalidInput
+from core.store import Store
+
+
+def register(groups) -> None:
+    clusters = groups["clusters"]
+    p = clusters.add_parser("deploy", help="build (or converge) a cluster on pool nodes")
+    p.add_argument("name")
+    p.add_argument("--nodes", required=True, help="comma-separated node names; the first runs "
+                   "the k3s server")
+    p.add_argument("--no-vpn", action="store_true", help="no WireGuard mesh (one private network)")
+    p.add_argument("--subnet", help="mesh subnet in CIDR form (default 10.99.0.0/24)")
+    p.add_argument("--only", help=f"run only these steps: {','.join(STEP_NAMES)}")
+    p.add_argument("--endpoint", action="append", default=[], metavar="NODE=HOST[:PORT]",
+                   help="public WireGuard endpoint of a node behind NAT (repeatable)")
+    p.add_argument("--k3s-bundle", metavar="DIR", help="air-gap: dir with k3s and its images")
+    p.add_argument("--volcano-manifest", metavar="FILE", help="a local volcano-development.yaml")
+    p.add_argument("--dry-run", action="store_true", help="print every command per node; run none")
+    p.set_defaults(handler=cmd_deploy)
+    p = clusters.add_parser("delete", help="undo what geotrain installed and forget the cluster")
+    p.add_argument("name")
+    p.add_argument("--keep-packages", action="store_true",
+                   help="leave containerd and WireGuard packages installed")
+    p.set_defaults(handler=cmd_delete)
+    p = clusters.add_parser("add-node", help="add a pool node to a cluster")
+    p.add_argument("name")
+    p.add_argument("node")
+    p.add_argument("--only", help="run only these steps (as for deploy)")
+    p.set_defaults(handler=cmd_add_node)
+    p = clusters.add_parser("remove-node", help="take a node out of a cluster")
+    p.add_argument("name")
+    p.add_argument("node")
+    p.add_argument("--keep-packages", action="store_true")
+    p.set_defaults(handler=cmd_remove_node)
+    p = clusters.add_parser("import-kubeconfig", help="merge the cluster into ~/.kube/config")
+    p.add_argument("name")
+    p.add_argument("--kubeconfig-path", help="the kubeconfig to merge into (default ~/.kube/config)")
+    p.add_argument("--force", action="store_true", help="replace entries of the same name")
+    p.set_defaults(handler=cmd_import_kubeconfig)
+
+
+def _split(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _endpoints(values: list[str]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        node, sep, endpoint = value.partition("=")
+        if not sep or not node or not endpoint:
+            raise InvalidInput(f"--endpoint {value!r} is not NODE=HOST[:PORT]",
+                               "write it like --endpoint gpu2=203.0.113.9:51820")
+        out[node] = endpoint
+    return out
+
+
+def _print_event(event: ProgressEvent) -> None:
+    if event.state != "running":
+        mark = {"done": "ok", "failed": "FAILED", "skipped": "skip"}[event.state]
+        print(f"[{event.node}] {event.step}: {mark}" + (
+            f" — {event.message}" if event.state == "failed" else ""), flush=True)
+    elif event.progress > 0:
+        print(f"[{event.node}] {event.step}: {event.message}", flush=True)
+
+
+def _print_dry_run(result: DeployResult) -> None:
+    for name, target in result.targets.items():
+        print(f"== {name} ({target.spec.role}) ==")
+        for record in result.command_log.for_node(name):
+            print(f"  [{record.step}] {record.kind}: {record.command}")
+            if record.kind == "put":
+                shown = record.content if record.content is not None else "(secret, not shown)"
+                for line in shown.splitlines():
+                    print(f"      | {line}")
+
+
+def _report(result: DeployResult) -> int:
+    blocked = {n: t.facts.get("blockers") for n, t in result.targets.items()
+               if t.facts.get("blockers")}
+    if blocked:
+        print("\nBlockers (nothing was changed):")
+        table(["node", "blocker"], [[n, b] for n, items in blocked.items() for b in items])
+    print("\nSummary:")
+    for line in result.summary.lines():
+        print(f"  {line}")
+    return 0 if result.summary.ok else 1
+
+
+def cmd_deploy(args) -> int:
+    store = Store()
+    plan = build_plan(store, args.name, _split(args.nodes), vpn=not args.no_vpn,
+                      subnet=args.subnet, endpoints=_endpoints(args.endpoint))
+    if args.k3s_bundle:
+        if not Path(args.k3s_bundle, "k3s").is_file():
+            raise InvalidInput(f"--k3s-bundle {args.k3s_bundle} has no `k3s` binary",
+                               "put the release's k3s (and k3s-airgap-images-*.tar.zst) there")
+        plan.k3s.bundle = str(Path(args.k3s_bundle).resolve())
+    if args.volcano_manifest:
+        if not Path(args.volcano_manifest).is_file():
+            raise InvalidInput(f"--volcano-manifest {args.volcano_manifest} is not a file",
+                               "give the path of a copy of volcano-development.yaml")
+        plan.volcano.manifest = str(Path(args.volcano_manifest).resolve())
+    only = _split(args.only) or None
+    result = deploy(plan, only=only, dry_run=args.dry_run, store=store,
+                    on_event=None if args.dry_run else _print_event)
+    if args.dry_run:
+        _print_dry_run(result)
+        return 0
+    return _report(result)
+
+
+def cmd_delete(args) -> int:
+    result = delete_cluster(args.name, keep_packages=args.keep_packages, on_event=_print_event)
+    code = _report(result)
+    if code == 0:
+        print(f"cluster {args.name} deleted")
+    else:
+        print("the cluster record is kept: fix the failures and run the delete again",
+              file=sys.stderr)
+    return code
+
+
+def cmd_add_node(args) -> int:
+    store = Store()
+    get_cluster(store, args.name)  # adding to a cluster that does not exist is a mistake
+    plan = build_plan(store, args.name, [args.node])
+    return _report(deploy(plan, only=_split(args.only) or None, store=store,
+                          on_event=_print_event))
+
+
+def cmd_remove_node(args) -> int:
+    result = remove_node(args.name, args.node, keep_packages=args.keep_packages,
+                         on_event=_print_event)
+    return _report(result)
+
+
+def cmd_import_kubeconfig(args) -> int:
+    print(merge(args.name, args.kubeconfig_path, force=args.force))
+    return 0

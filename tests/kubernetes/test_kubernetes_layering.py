@@ -1,0 +1,28 @@
+"""Only the Kubernetes modules of core import `kubernetes`; the CLI loads it only when used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.kubernetes.conftest import REPO
+
+KUBERNETES_MODULES = {"core/kube_client.py", "core/pod_logs.py", "core/kubernetes_clusters.py",
+                      "core/backends/kubernetes.py"}
+
+
+def test_only_the_kubernetes_modules_import_the_client():
+    importers = set()
+    for path in (REPO / "core").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if line.strip().startswith(("import kubernetes", "from kubernetes")):
+                importers.add(str(path.relative_to(REPO)))
+    assert importers == KUBERNETES_MODULES
+
+
+def test_cli_and_manifests_do_not_load_the_client():
+    code = ("import sys, core.cli, core.manifests, core.volcano_admission, core.node_inventory;"
+            "core.cli.build_parser();"
+            "print([m for m in sys.modules if m.split('.')[0] == 'kubernetes'])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -1,0 +1,31 @@
+"""run_each: one slow item never holds up the others' results."""
+
+import threading
+import time
+
+from core.parallel import Timeout, run_each
+
+
+def test_a_hanging_item_times_out_alone():
+    release = threading.Event()
+
+    def work(item):
+        if item == "hangs":
+            release.wait(30)
+        if item == "fails":
+            raise ValueError("bad server")
+        return item.upper()
+
+    start = time.monotonic()
+    results = run_each(["a", "hangs", "fails", "b"], work, timeout=0.5)
+    elapsed = time.monotonic() - start
+    release.set()
+    assert results[0] == "A" and results[3] == "B"
+    assert isinstance(results[1], Timeout) and isinstance(results[2], ValueError)
+    assert elapsed < 2
+
+
+def test_items_run_at_once_not_one_after_another():
+    start = time.monotonic()
+    assert run_each(list(range(8)), lambda i: time.sleep(0.3) or i, timeout=5) == list(range(8))
+    assert time.monotonic() - start < 8 * 0.3 / 2

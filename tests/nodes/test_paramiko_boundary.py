@@ -1,0 +1,19 @@
+"""Only core/ssh.py talks to paramiko; everything else goes through core.ssh."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_only_core_ssh_imports_paramiko():
+    importers = sorted(
+        str(path.relative_to(ROOT)) for folder in ("core", "tui") for path in (ROOT / folder).rglob("*.py")
+        if any(line.strip().startswith(("import paramiko", "from paramiko"))
+               for line in path.read_text().splitlines()))
+    assert importers == ["core/ssh.py"]
+
+
+def test_no_auto_add_host_key_policy_anywhere():
+    for path in (ROOT / "core").rglob("*.py"):
+        text = path.read_text()
+        assert "AutoAddPolicy" not in text and "WarningPolicy" not in text, path
