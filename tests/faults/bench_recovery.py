@@ -53,7 +53,7 @@ def measure(service: WorkspaceService, name: str, preset: str, standby: bool = T
     wait_for(back_or_done, 900, f"{name}: worker-1 back")
     wait_done(service, ws.id, 900)
     back = next((e for e in service.events(ws.id) if e["kind"] == "recovered" and e["worker"] == "worker-1"),
-                {"downtime_s": float("nan"), "steps_lost": 0})  # nan: the run ended before it was back
+                {"steps_lost": 0})  # nan below: the run ended before worker-1 was back
     times = _rank0_times(run_dir)
     gaps = [b[1] - a[1] for a, b in zip(times, times[1:])]
     # The job trains again when rank 0 logs its first step after the longest pause that
@@ -62,7 +62,8 @@ def measure(service: WorkspaceService, name: str, preset: str, standby: bool = T
     stalled, resumed_at = max(pauses, default=(0.0, killed_at))
     result = {"run": name, "normal_step_s": statistics.median(gaps),
               "job_training_again_s": resumed_at - killed_at,
-              "longest_stall_s": stalled, "worker1_back_s": back["downtime_s"],
+              "longest_stall_s": stalled,
+              "worker1_back_s": back["at"] - killed_at if "at" in back else float("nan"),
               "job_steps_lost": back["steps_lost"],
               "worker1_unsynced_steps": before - (before // INNER) * INNER if elastic else 0}
     service.delete(ws.id)
