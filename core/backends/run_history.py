@@ -74,12 +74,14 @@ class RunHistory:
         if opened is not None:
             self._recovered(worker, step, opened)
 
-    def failed(self, workers: list[str], cause: str, attempt: int, budget: int, scope: str) -> None:
-        """A failure noticed: record it and wait for these workers to train again."""
+    def failed(self, workers: list[str], cause: str, attempt: int, budget: int, scope: str,
+               noticed: float | None = None) -> None:
+        """A failure noticed (at `noticed`, default now): record it and wait for these workers
+        to train again; downtime counts from when it was noticed (one poll after the death)."""
         steps = {w: self.last_step.get(w) for w in workers}
         self.add("recovery", scope=scope, workers=workers, cause=cause, attempt=attempt,
                  budget=budget, last_steps=steps)
-        now = time.time()
+        now = noticed or time.time()
         for worker in workers:
             self.pending[worker] = {"failed_at": now, "last_step": steps[worker], "scope": scope}
 

@@ -138,9 +138,10 @@ class WorkerPool:
         while not self.stopping:
             failed = self._failed()
             if failed:
+                noticed = time.time()
                 time.sleep(SETTLE_S)
                 failed = self._failed()
-                code = self._recover(failed)
+                code = self._recover(failed, noticed)
                 if code is not None:
                     self.stop()
                     return code
@@ -160,7 +161,7 @@ class WorkerPool:
                 failed[rank] = code
         return failed
 
-    def _recover(self, failed: dict[int, int]) -> int | None:
+    def _recover(self, failed: dict[int, int], noticed: float) -> int | None:
         """Restart what failed; the exit code to end with when the budget is spent."""
         alive = [r for r, p in self.procs.items() if p.poll() is None]
         store_lost = self.store is not None and self.store.poll() is not None
@@ -173,7 +174,7 @@ class WorkerPool:
             self.history.add("gave_up", workers=names, cause=cause, budget=self.budget)
             return next(iter(failed.values())) if failed else 1
         self.used += 1
-        self.history.failed(names, cause, self.used, self.budget, "group" if whole else "worker")
+        self.history.failed(names, cause, self.used, self.budget, "group" if whole else "worker", noticed)
         restart = sorted(failed)
         if whole:
             self.generation += 1  # a fresh namespace in the store: a cold start from checkpoints
