@@ -31,7 +31,8 @@ METHODS: dict[str, list[str]] = {
     "high": ["gradient_compression=high"],
     "ultra": ["gradient_compression=ultra"],
     "high-overlap": ["gradient_compression=high", "diloco.overlap=true"],
-    "high-no-ef": ["gradient_compression=high", "diloco.error_feedback=false"],
+    "high-momentum-0.9": ["gradient_compression=high", "diloco.outer_momentum=0.9"],
+    "ultra-demo": ["gradient_compression=ultra", "algorithm=demo", "diloco.bits=8", "demo.chunk=64", "demo.topk=4"],
 }
 QUICK_METHODS = ["ddp", "low", "medium", "high", "ultra"]
 SHARED = ["data.source=markov", "data.markov_order=1", "data.markov_vocab=64", "data.markov_alpha=0.1",
@@ -115,6 +116,11 @@ def print_table(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--wan" in argv:  # across emulated datacenters (root): recipes/wan_bench.py
+        from recipes.wan_bench import main as wan_main
+
+        return wan_main([a for a in argv if a != "--wan"])
     parser = argparse.ArgumentParser(prog="python -m recipes.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the CI size: presets only, < 5 min on 2 cores")
     parser.add_argument("--json", type=Path, help="write the report here")
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if "ddp" not in methods:
         methods = ["ddp", *methods]
     steps = args.steps or (1500 if args.quick else 3000)
-    eval_batches = 16 if args.quick else 32
+    eval_batches = 64
     report: dict = {"steps": steps, "workers": 2, "methods": {}}
     with tempfile.TemporaryDirectory(prefix="geotrain-bench-") as tmp:
         for name in methods:

@@ -45,7 +45,9 @@ class Compression:
     bits: int
     block: int
     chunk: int = 64
-    topk: int = 0
+    topk: int = 4
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
 
 
 def load_presets(path: Path = PRESETS_PATH) -> dict[str, dict]:
@@ -224,12 +226,15 @@ def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compre
     preset = (presets or load_presets())[cfg.gradient_compression]
     return Compression(
         preset=cfg.gradient_compression,
-        algorithm=preset["algorithm"],
+        algorithm=cfg.algorithm or preset["algorithm"],
         inner_steps=cfg.diloco.inner_steps or preset["inner_steps"],
         bits=cfg.diloco.bits or preset["bits"],
         block=cfg.diloco.block if cfg.diloco.block is not None else preset.get("block", 0),
         chunk=cfg.demo.chunk or preset.get("chunk", 64),
-        topk=cfg.demo.topk or preset.get("topk", 0),
+        topk=cfg.demo.topk or preset.get("topk", 4),
+        outer_lr=cfg.diloco.outer_lr if cfg.diloco.outer_lr is not None else preset.get("outer_lr", 0.7),
+        outer_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
+                        else preset.get("outer_momentum", 0.9)),
     )
 
 

@@ -37,10 +37,10 @@ class DilocoConfig:
 
     inner_steps: Optional[int] = None
     """H, inner steps per outer step; null takes the preset's value."""
-    outer_lr: float = 0.7
-    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient."""
-    outer_momentum: float = 0.9
-    """Outer Nesterov momentum."""
+    outer_lr: Optional[float] = None
+    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's (0.7)."""
+    outer_momentum: Optional[float] = None
+    """Outer Nesterov momentum; null: the preset's (0.9)."""
     bits: Optional[int] = None
     """Wire bits per value (32/16/8/4); null takes the preset's value."""
     block: Optional[int] = None
@@ -161,6 +161,8 @@ class TrainConfig:
     """Size name of that model (tiny, 125m, ...)."""
     gradient_compression: str = "medium"
     """Preset name from recipes/presets.yaml: none, low, medium, high, ultra."""
+    algorithm: Optional[Literal["ddp", "diloco", "demo"]] = None
+    """Override the preset's algorithm (e.g. demo with the ultra preset's H); null: the preset's."""
     steps: int = 200
     """Inner (optimizer) steps per worker."""
     out_dir: str = "runs/default"

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from recipes.config_schema import DistConfig
+from recipes.streams import Streams
 
 # Environment torch.distributed reads; set once here before the group exists.
 WAN_ENV = {
@@ -72,6 +73,7 @@ class Wire:
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
         self.bytes_sent = 0
+        self.streams = Streams.from_env()  # None unless GEOTRAIN_WAN_STREAMS > 1
 
     def all_reduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Average `tensor` across ranks in place (sum on the wire, divide locally)."""
@@ -79,7 +81,10 @@ class Wire:
             return tensor
         n = self.world_size
         self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
-        dist.all_reduce(tensor)
+        if self.streams:
+            self.streams.all_reduce(tensor)
+        else:
+            dist.all_reduce(tensor)
         tensor.div_(n)
         return tensor
 
@@ -89,7 +94,10 @@ class Wire:
             return (None, [payload]) if async_op else [payload]
         self.bytes_sent += (self.world_size - 1) * payload.numel() * payload.element_size()
         out = [torch.empty_like(payload) for _ in range(self.world_size)]
-        work = dist.all_gather(out, payload.contiguous(), async_op=async_op)
+        if self.streams:
+            work = self.streams.all_gather(out, payload.contiguous(), async_op=async_op)
+        else:
+            work = dist.all_gather(out, payload.contiguous(), async_op=async_op)
         return (work, out) if async_op else out
 
     def all_reduce_async(self, tensor: torch.Tensor):
@@ -98,4 +106,6 @@ class Wire:
             return None
         n = self.world_size
         self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
+        if self.streams:
+            return self.streams.all_reduce(tensor, async_op=True)
         return dist.all_reduce(tensor, async_op=True)

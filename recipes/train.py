@@ -71,6 +71,7 @@ class Trainer:
         self.algo = build_algorithm(self.model, self.comp, cfg, self.wire)
         self.step = 0
         self.items = 0
+        self.finished = False  # the end-of-training sync ran (a restart after the end must not repeat it)
         self.checkpoints = CheckpointStore(self.out_dir, rt.rank, cfg.checkpoint.keep)
         self.resumed_from: int | None = None
         if self.membership:
@@ -78,7 +79,7 @@ class Trainer:
 
     def state(self) -> dict:
         return {"step": self.step, "items": self.items, "bytes_sent": self.wire.bytes_sent,
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "finished": self.finished, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "algorithm": self.algo.state_dict(),
                 "data": self.data.state_dict(), "rng": checkpoint.rng_state(), "config": config_to_dict(self.cfg)}
 
@@ -88,6 +89,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.data.load_state_dict(state["data"])
         self.step, self.items, self.wire.bytes_sent = state["step"], state["items"], state["bytes_sent"]
+        self.finished = state.get("finished", False)
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 
@@ -132,13 +134,14 @@ class Trainer:
         if not hasattr(self.data, "eval_batches") or self.cfg.logging.eval_batches <= 0:
             return {}
         self.model.eval()
-        losses = [float(self.loss_fn(self.model, to_device(b, self.rt.device))[0])
-                  for b in self.data.eval_batches(self.cfg.logging.eval_batches)]
+        batches = self.data.eval_batches(self.cfg.logging.eval_batches)
+        losses = [float(self.loss_fn(self.model, to_device(b, self.rt.device))[0]) for b in batches]
         self.model.train()
         result = {"eval_loss": sum(losses) / len(losses)}
-        floor = getattr(self.data, "entropy_floor", None)
-        if floor is not None:
-            result.update(entropy_floor=floor, excess_loss=result["eval_loss"] - floor)
+        if hasattr(self.data, "ideal_loss"):  # excess over the true chain's loss on the same tokens
+            ideal = self.data.ideal_loss(batches)
+            result.update(entropy_floor=self.data.entropy_floor, ideal_loss=ideal,
+                          excess_loss=result["eval_loss"] - ideal)
         return result
 
 
@@ -180,7 +183,9 @@ def run(cfg: TrainConfig) -> int:
             losses, window_start = [], time.perf_counter()
         if every and step % every == 0 and step < cfg.steps:
             trainer.save(uploader)
-    trainer.algo.finish(trainer.step)
+    if not trainer.finished:
+        trainer.algo.finish(trainer.step)
+        trainer.finished = True
     if trainer.membership:
         trainer.membership.mark_finished()
     result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,

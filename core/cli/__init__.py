@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "core.cli.nodes",
     "core.cli.cluster_kubernetes",
     "core.cli.cluster_bootstrap",
+    "core.cli.cluster_plan",
 ]
 
 

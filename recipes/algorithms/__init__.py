@@ -19,14 +19,14 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
         return DDP(model, wire)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if comp.algorithm == "demo":
-        exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=min(comp.bits, 8),
+        exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=4 if comp.bits == 4 else 8,
                                 value_block=comp.block or 128)
-    elif comp.bits in (32, 16):
+    elif comp.bits in (32, 16):  # summable on the wire
         exchange = FullPrecisionExchange(numel, comp.bits, wire)
     else:
         exchange = QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback)
-    algo = DiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=cfg.diloco.outer_lr,
-                  outer_momentum=cfg.diloco.outer_momentum, overlap=cfg.diloco.overlap,
+    algo = DiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
+                  outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap,
                   flush_bits=cfg.diloco.flush_bits)
     if comp.algorithm == "demo":
         algo.name = "demo"

@@ -55,6 +55,31 @@ class MarkovChain:
         rest = max(0, seq_len - self.order) * self.entropy_rate
         return (sum(first) + rest) / (seq_len - 1)
 
+    def ideal_loss(self, tokens: torch.Tensor) -> float:
+        """Mean loss of the true chain on these very tokens (positions 1..L-1): the paired floor.
+
+        The first `order - 1` positions see an incomplete context and use the stationary
+        conditional, exactly as `entropy_floor` does in expectation.
+        """
+        batch, seq_len = tokens.shape
+        joint = self.stationary.view(*([self.vocab] * self.order))
+        nll = []
+        for t in range(1, seq_len):
+            if t < self.order:
+                prefix = joint.sum(dim=tuple(range(t + 1, self.order))) if t + 1 < self.order else joint
+                prefix = prefix.reshape(-1, self.vocab)
+                flat = torch.zeros(batch, dtype=torch.long)
+                for j in range(t):
+                    flat = flat * self.vocab + tokens[:, j]
+                cond = prefix[flat] / prefix[flat].sum(dim=1, keepdim=True)
+                nll.append(-torch.log(cond.gather(1, tokens[:, t:t + 1]).squeeze(1)))
+                continue
+            ctx = torch.zeros(batch, dtype=torch.long)
+            for j in range(t - self.order, t):
+                ctx = ctx * self.vocab + tokens[:, j]
+            nll.append(-torch.log(self.probs[ctx, tokens[:, t]]))
+        return float(torch.stack(nll).mean())
+
     def sample(self, batch: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
         ctx = torch.multinomial(self.stationary.float(), batch, replacement=True, generator=gen)
         tokens = [((ctx // self.vocab ** (self.order - 1 - j)) % self.vocab) for j in range(self.order)]
@@ -95,6 +120,10 @@ class MarkovData:
 
     def eval_batches(self, count: int) -> list[dict]:
         return [self.batch_at(i, EVAL_STREAM) for i in range(count)]
+
+    def ideal_loss(self, batches: list[dict]) -> float:
+        """The true chain's loss on the held-out batches, so excess loss is measured on the same tokens."""
+        return sum(self.chain.ideal_loss(b["input_ids"]) for b in batches) / len(batches)
 
     def state_dict(self) -> dict:
         return {"position": self.position}

@@ -31,7 +31,7 @@ def test_presets_table_has_what_core_and_planner_read():
     for name, p in presets.items():
         assert p["algorithm"] in ("ddp", "diloco", "demo"), name
         assert isinstance(p["inner_steps"], int) and p["inner_steps"] >= 1
-        assert p["bits"] in (32, 16, 8, 4)
+        assert p["bits"] in (32, 16, 8, 4, 1)
         assert isinstance(p["description"], str) and p["description"]
     h = [p["inner_steps"] for p in presets.values()]
     assert h == sorted(h), "higher presets synchronise less often"
@@ -52,3 +52,13 @@ def test_bad_override_is_reported_not_ignored():
     with pytest.raises(ConfigError) as exc:
         parse_config({"model": "gpt-neo", "size": "tiny"}, ["steps=0"])
     assert [e["path"] for e in exc.value.errors] == ["steps"]
+
+
+def test_algorithm_and_outer_settings_come_from_the_preset_unless_overridden():
+    base = {"model": "gpt-neo", "size": "tiny", "gradient_compression": "ultra"}
+    preset = load_presets()["ultra"]
+    comp = resolve_compression(parse_config(base))
+    assert comp.algorithm == preset["algorithm"]
+    assert comp.outer_momentum == preset.get("outer_momentum", 0.9)
+    comp = resolve_compression(parse_config(base, ["algorithm=demo", "diloco.outer_momentum=0.5"]))
+    assert (comp.algorithm, comp.outer_momentum) == ("demo", 0.5)

@@ -67,6 +67,7 @@ def test_markov_floor_matches_empirical_loss_of_the_true_chain():
         ctx = chain.next_context(ctx, seqs[:, t])
     empirical = float(torch.stack(nll).mean())
     assert empirical == pytest.approx(chain.entropy_floor(32), rel=0.02)
+    assert chain.ideal_loss(seqs) == pytest.approx(empirical, rel=1e-5)  # the paired floor the bench uses
 
 
 def test_c4_loader_tokenizes_local_json_once_and_shards_by_rank(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ PARAMS = 132_480  # tiny gpt-neo
     ("low", ["diloco.inner_steps=20"]),
     ("high", ["diloco.inner_steps=20"]),
     ("ultra", ["diloco.inner_steps=20"]),
+    ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true"]),
 ])
 def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt):
@@ -40,8 +41,11 @@ def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt)
         assert sent == 6 * 2 * PARAMS
     elif preset == "high":  # packed fp4 + one fp32 scale per 128 values, all-gathered: (N-1) * payload
         assert sent == 6 * (math.ceil(PARAMS / 2) + 4 * math.ceil(PARAMS / 128))
-    else:
-        assert 0 < sent < 6 * PARAMS / 8  # DeMo: under one bit per parameter per outer step
+    elif "algorithm=demo" not in extra:  # sign bits + one fp32 scale per 128 values
+        assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 128))
+    else:  # DeMo top-4 of 64 DCT coefficients: 6-bit indices + fp8 values + scales
+        sent_values = math.ceil(PARAMS / 64) * 4
+        assert sent == 6 * (math.ceil(sent_values * 6 / 8) + sent_values + 4 * math.ceil(sent_values / 128))
     assert result["outer_step"] == (120 if preset == "none" else 6)
 
 
@@ -89,15 +93,20 @@ def test_kill_9_mid_run_resumes_from_checkpoint_and_matches_uninterrupted(tmp_pa
     assert got["bytes_sent"] >= expected["bytes_sent"]
 
 
-def test_single_process_run_needs_no_torchrun(tmp_path, tiny_gpt):
+def test_single_process_run_needs_no_torchrun_and_a_rerun_after_the_end_changes_nothing(tmp_path, tiny_gpt):
     out = tmp_path / "solo"
-    res = subprocess.run(["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}",
-                          "steps=30", "logging.wandb=false", "gradient_compression=high",
-                          "diloco.inner_steps=10"],
-                         cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+    cmd = ["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}", "steps=25",
+           "logging.wandb=false", "gradient_compression=high", "diloco.inner_steps=10", "logging.log_every=5"]
+    res = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "[rank 0] done" in res.stdout
-    assert read_metrics(out)[-1]["bytes_sent"] == 0  # nothing crosses a wire with one process
+    first = json.loads((out / "result.json").read_text())
+    assert first["bytes_sent"] == 0  # nothing crosses a wire with one process
+    assert first["outer_step"] == 3  # 2 full phases + the final partial one (steps 21-25)
+    again = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "resumed from checkpoint at step 25" in again.stdout
+    second = json.loads((out / "result.json").read_text())
+    assert second["outer_step"] == 3 and second["eval_loss"] == first["eval_loss"]
 
 
 def test_bad_config_exits_2_with_the_problem(tmp_path, tiny_gpt):

@@ -1,0 +1,64 @@
+"""`geotrain clusters plan NAME --model M`: which compression preset keeps the GPUs busy on this network."""
+
+from __future__ import annotations
+
+import argparse
+
+from core import planner
+from core.cli.output import dump_json, table
+from core.store import Store
+from core.wan_plan import DEFAULT_STEP_S, plan_for_cluster
+
+MATRIX_HELP = ("YAML/JSON network matrix for what-if questions: `links:` then entries with src, dst, "
+               "latency_ms, mbit_s (replaces the cluster's measured matrix)")
+
+
+def _fraction(text: str) -> float:
+    try:
+        return float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.95 or 95%, not {text!r}") from None
+
+
+def register(groups) -> None:
+    p = groups["clusters"].add_parser(
+        "plan", help="estimate step time and GPU utilization per compression preset",
+        description="Estimate, per compression preset, the time per step, the WAN's share of it and "
+                    "the GPU utilization on a cluster's network; recommend the least compressed preset "
+                    "that reaches the target utilization.")
+    p.add_argument("name", nargs="?", default="local", help="cluster (default: local); ignored with --matrix")
+    p.add_argument("--model", required=True, help="model name, e.g. gpt-neo")
+    p.add_argument("--size", help="model size (default: the smallest real one)")
+    p.add_argument("--step-time", type=float, metavar="S",
+                   help=f"measured compute seconds per step per worker (default {DEFAULT_STEP_S} s, assumed)")
+    p.add_argument("--matrix", metavar="FILE", help=MATRIX_HELP)
+    p.add_argument("--params", type=int, metavar="N", help="parameter count instead of the model's own")
+    p.add_argument("--workers", type=int, metavar="N", help="workers in the ring (default: nodes in the matrix; "
+                                                              "2 on local)")
+    p.add_argument("--target", type=_fraction, default=planner.DEFAULT_TARGET,
+                   help=f"utilization to reach (default {planner.DEFAULT_TARGET:.0%})")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_plan)
+
+
+def cmd_plan(args) -> int:
+    result = plan_for_cluster(Store() if args.matrix is None else None, None if args.matrix else args.name,
+                              args.model, args.size, step_time=args.step_time, matrix_file=args.matrix,
+                              params=args.params, workers=args.workers, target=args.target)
+    if args.json:
+        dump_json(result.as_dict())
+        return 0
+    net = result.network
+    print(f"{net.workers} workers, bottleneck {net.mbit_s:g} Mbit/s, {net.latency_ms:g} ms; "
+          f"{result.params:,} params; compute {result.compute_s:g} s/step"
+          + ("" if args.step_time else " (assumed; pass --step-time)"))
+    rows = []
+    for e in result.estimates:
+        mark = "*" if e.preset == result.recommended else ""
+        rows.append([mark + e.preset, e.algorithm, e.inner_steps, f"{e.wire_bytes_per_sync / 1e6:.3g}",
+                     f"{e.sync_s:.3g}", f"{e.step_s:.3g}", f"{e.wan_share:.0%}", f"{e.utilization:.0%}",
+                     f"{e.utilization_overlap:.0%}"])
+    table(["preset", "algorithm", "H", "MB/sync", "sync s", "step s", "WAN", "util", "util overlap"], rows)
+    print(f"recommended: {result.summary()}"
+          + (" — set diloco.overlap: true" if result.overlap else ""))
+    return 0

@@ -1,0 +1,99 @@
+"""Pilot tests of the cluster wizard: the real preflight on an sshd test host (root), and a
+full run to the progress view and on to done against a stand-in (stand_in_builder.py)."""
+
+import asyncio
+
+from rich.text import Text
+from textual.widgets import SelectionList
+
+from core.nodes import add_nodes
+from tests.tui import states
+from tests.tui.stand_in_builder import StandInClusterBuilder
+from tests.tui.waiting import on_screen, until
+from tui.app import make_app
+from tui.screens.cluster_wizard import ClusterWizardScreen
+from tui.screens.node_log import NodeLogScreen
+from tui.widgets.log_view import LogView
+from tui.widgets.net_matrix import NetMatrix
+from tui.widgets.progress_table import ProgressTable
+
+
+async def _open_wizard(pilot, nodes: int) -> SelectionList:
+    await pilot.press("3")
+    await on_screen(pilot, ClusterWizardScreen)
+    picker = pilot.app.screen.query_one(SelectionList)
+    await until(pilot, lambda: picker.option_count == nodes)
+    return picker
+
+
+def test_wizard_picks_nodes_runs_preflight_and_shows_progress_per_node_and_step(seeded):
+    service, _ = seeded
+    extra = states.recorded_nodes()[1]
+    extra.name, extra.datacenter = "par-3", "paris"
+    add_nodes(service.store, [extra])
+    builder = StandInClusterBuilder(service.store, hold_at="k3s")
+    app = make_app(service, cluster_builder=builder, **states.app_options())
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            picker = await _open_wizard(pilot, 3)
+            assert picker.get_option_at_index(1).disabled  # fra-1 is BLOCKED (Docker)
+            await pilot.press("enter")  # nothing selected: refused
+            assert app.screen.stage == "pick"
+            await pilot.press("space", "down", "space")  # down skips the blocked fra-1
+            await pilot.press("enter")
+            assert picker.selected == ["ams-2", "par-3"]
+            await until(pilot, lambda: app.screen.stage == "options")
+            await pilot.press("enter")
+            await until(pilot, lambda: "preflight" in app.screen.outcomes)
+            assert app.screen.request.name == "gpu-cluster" and app.screen.request.vpn
+            await pilot.press("enter")
+            await until(pilot, lambda: builder.holding.is_set(), 20)
+            table = app.screen.query_one("#deploy-table", ProgressTable)
+            await until(pilot, lambda: table.states.get(("ams-2", "k3s")) == "running")
+            assert table.states[("par-3", "wireguard")] == "done"
+            assert str(table.get_cell("ams-2", "k3s")).startswith("██░░")
+            await pilot.press("l")
+            await on_screen(pilot, NodeLogScreen)
+            view = app.screen.query_one(LogView)
+            await until(pilot, lambda: view.line_count >= 4)
+            assert any("geotrain-containerd" in t for _, t in view._lines)
+            await pilot.press("escape")
+            await on_screen(pilot, ClusterWizardScreen)
+            builder.release.set()
+            await until(pilot, lambda: app.screen.stage == "done", 20)
+            matrix = app.screen.query_one(NetMatrix)
+            assert matrix.row_count == 2
+            assert isinstance(matrix.get_cell("par-3", "ams-2"), Text)
+            await pilot.press("k")
+            await until(pilot, lambda: any("merged context" in n.message
+                                           for n in app._notifications))
+    asyncio.run(run())
+
+
+def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hosts, geotrain_home,
+                                                                   monkeypatch):
+    """The real core.bootstrap preflight over SSH against an sshd test host (root)."""
+    from core.node_pool import ImportRequest, NodePool, Prompts
+
+    monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", "")
+    (host,) = make_test_hosts(1, prefix="gtw", subnet="10.214.0.0/24")
+    NodePool(prompts=Prompts(trusted={host.fingerprint})).import_nodes([ImportRequest(
+        name="w1", host=host.ip, port=host.port, username=host.user, key_path=host.key_path)])
+    app = make_app(poll_seconds=0)
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            picker = await _open_wizard(pilot, 1)
+            await pilot.press("space", "enter", "enter")
+            await until(pilot, lambda: "preflight" in app.screen.outcomes, 120)
+            table = app.screen.query_one("#preflight-table", ProgressTable)
+            state = table.states[("w1", "preflight")]
+            outcome = app.screen.outcomes["preflight"]
+            assert state == ("done" if outcome.ok else "failed")
+            assert outcome.lines and outcome.lines[0].startswith("w1:")
+            await pilot.press("l")
+            await on_screen(pilot, NodeLogScreen)
+            view = app.screen.query_one(LogView)
+            await until(pilot, lambda: view.line_count > 0)
+    asyncio.run(run())

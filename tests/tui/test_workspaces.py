@@ -1,0 +1,137 @@
+"""Pilot tests of the workspaces list: table across clusters, delete with d then y,
+help, quit, failures shown as the error modal."""
+
+import asyncio
+from pathlib import Path
+
+from textual.widgets import DataTable
+
+from tests.tui import states
+from tests.tui.waiting import on_screen, until
+from tui.screens.help import HelpScreen
+from tui.screens.workspaces import WorkspacesScreen
+from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.error_modal import ErrorScreen
+
+
+def _rows(app) -> dict:
+    table = app.screen.query_one(DataTable)
+    return {key.value: [str(c) for c in table.get_row(key)] for key in table.rows}
+
+
+def test_table_shows_every_cluster_with_age_status_and_loss(app):
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(_rows(app)) == 4)
+            rows = _rows(app)
+            assert rows[states.COMPLETED_ID] == [states.COMPLETED_ID, "local", "gpt-neo tiny",
+                                                 "medium", "COMPLETED", "2h", "1.9229"]
+            assert rows[states.REMOTE_ID][1] == "eu-west" and rows[states.REMOTE_ID][5] == "2d"
+            assert rows[states.RUNNING_ID][4] == "RUNNING"
+            assert rows[states.FAILED_ID][4] == "FAILED"
+            await pilot.press("slash", *"resnet", "enter")
+            await until(pilot, lambda: list(_rows(app)) == [states.REMOTE_ID])
+            await pilot.press("escape")
+            await until(pilot, lambda: len(_rows(app)) == 4)
+    asyncio.run(run())
+
+
+def test_delete_with_d_then_y_says_what_is_lost_and_removes_everything(app, seeded):
+    service, home = seeded
+    run_dir = Path(home / "workspaces" / states.COMPLETED_ID)
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(_rows(app)) == 4)
+            await pilot.press("home")  # first row: the oldest (on eu-west)
+            await pilot.press("down")
+            assert app.screen.selected_key() == states.COMPLETED_ID
+            await pilot.press("d")
+            await on_screen(pilot, ConfirmScreen)
+            assert "ephemeral" in app.screen.body and str(run_dir) in app.screen.body
+            await pilot.press("x")  # anything but y cancels
+            await on_screen(pilot, WorkspacesScreen)
+            assert run_dir.exists() and states.COMPLETED_ID in _rows(app)
+            await pilot.press("d")
+            await on_screen(pilot, ConfirmScreen)
+            await pilot.press("y")
+            await until(pilot, lambda: states.COMPLETED_ID not in _rows(app))
+    asyncio.run(run())
+    assert not run_dir.exists()
+    assert states.COMPLETED_ID not in [w.id for w in service.list()]
+
+
+def test_help_lists_the_keys_of_the_view_and_q_quits(app):
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("question_mark")
+            await on_screen(pilot, HelpScreen)
+            keys = dict(app.screen.keys)
+            assert keys["n"] == "Deploy default" and keys["d"] == "Delete"
+            await pilot.press("escape")
+            await on_screen(pilot, WorkspacesScreen)
+            await pilot.press("q")
+            await until(pilot, lambda: not app.is_running)
+    asyncio.run(run())
+
+
+def test_a_failing_core_call_becomes_the_error_modal_with_what_to_do(app, seeded):
+    service, _ = seeded
+
+    def broken_delete(workspace_id):
+        from core.errors import BackendError
+        raise BackendError("the local supervisor did not stop", "kill it by hand, then retry")
+
+    service.delete = broken_delete
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(_rows(app)) == 4)
+            await pilot.press("d")
+            await on_screen(pilot, ConfirmScreen)
+            await pilot.press("y")
+            await on_screen(pilot, ErrorScreen)
+            assert app.screen.message == "the local supervisor did not stop"
+            assert app.screen.hint == "kill it by hand, then retry"
+            await pilot.press("escape")
+            await on_screen(pilot, WorkspacesScreen)
+            assert len(_rows(app)) == 4
+    asyncio.run(run())
+
+
+def test_theme_switches_at_run_time_and_is_remembered(app, seeded):
+    service, _ = seeded
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            assert app.theme == "geotrain-dark"
+            await pilot.press("ctrl+t")
+            assert app.theme == "geotrain-light"
+    asyncio.run(run())
+    assert service.store.get_setting("tui.theme") == "geotrain-light"
+    from tui.app import make_app
+    assert make_app(service, **states.app_options()).theme == "geotrain-light"
+
+
+def test_colon_opens_the_palette_and_jumps_to_a_workspace_and_to_nodes(app):
+    from textual.command import CommandPalette
+
+    from tui.screens.nodes import NodesScreen
+    from tui.screens.workspace_detail import WorkspaceDetailScreen
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("colon")
+            await on_screen(pilot, CommandPalette)
+            await pilot.press(*"open workspace gcn")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await on_screen(pilot, WorkspaceDetailScreen)
+            assert app.screen.workspace_id == states.FAILED_ID
+            await pilot.press("colon")
+            await on_screen(pilot, CommandPalette)
+            await pilot.press(*"nodes")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await on_screen(pilot, NodesScreen)
+    asyncio.run(run())

@@ -1,0 +1,168 @@
+"""Every screen of the app in a fixed state: used by the snapshot tests and by
+`python -m tests.tui.make_screenshots`, so the README's pictures are what is tested."""
+
+from __future__ import annotations
+
+from textual.widgets import Select, TextArea
+
+from tests.tui import states
+from tests.tui.waiting import on_screen, until
+from tui.screens.config_editor import ConfigEditorScreen
+from tui.screens.help import HelpScreen
+from tui.screens.node_import import NodeImportScreen
+from tui.screens.nodes import NodesScreen
+from tui.screens.workspace_deploy import DeployScreen
+from tui.screens.workspace_detail import WorkspaceDetailScreen
+from tui.screens.workspaces import WorkspacesScreen
+from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.error_modal import ErrorScreen
+from tui.widgets.log_view import LogView
+
+
+def _rows(app) -> int:
+    return app.screen.query_one("DataTable").row_count
+
+
+async def workspaces(pilot) -> None:
+    await on_screen(pilot, WorkspacesScreen)
+    await until(pilot, lambda: _rows(pilot.app) == 4)
+
+
+async def workspaces_light(pilot) -> None:
+    pilot.app.theme = "geotrain-light"
+    await workspaces(pilot)
+
+
+async def workspace_detail(pilot) -> None:
+    await workspaces(pilot)
+    pilot.app.push_screen(WorkspaceDetailScreen(states.COMPLETED_ID))
+    await on_screen(pilot, WorkspaceDetailScreen)
+    view = pilot.app.screen.query_one(LogView)
+    await until(pilot, lambda: view.ended and view.line_count == 64)
+    await until(pilot, lambda: view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y)
+    await until(pilot, lambda: pilot.app.screen.query_one("#bytes").points != [])
+    await until(pilot, lambda: pilot.app.screen.query_one("#loss").points != [])
+    await until(pilot, lambda: "COMPLETED" in str(pilot.app.screen.query_one("#status").render()))
+
+
+async def delete_confirm(pilot) -> None:
+    await workspaces(pilot)
+    await pilot.press("home", "d")  # the first row: the workspace on eu-west
+    await on_screen(pilot, ConfirmScreen)
+
+
+async def deploy_form(pilot) -> None:
+    await workspaces(pilot)
+    await pilot.press("c")
+    await on_screen(pilot, DeployScreen)
+    await until(pilot, lambda: pilot.app.screen.query_one("#size", Select).value == "tiny")
+    await until(pilot, lambda: "Planner:" in str(pilot.app.screen.query_one("#plan").render()), 30)
+
+
+async def config_editor_error(pilot) -> None:
+    await deploy_form(pilot)
+    await pilot.press("ctrl+e")
+    await on_screen(pilot, ConfigEditorScreen, 30)
+    editor = pilot.app.screen.query_one(TextArea)
+    editor.text = editor.text.replace("  lr: 0.003", "  lr: very-fast", 1)
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: bool(pilot.app.screen.problems), 30)
+
+
+async def nodes(pilot) -> None:
+    await pilot.press("2")
+    await on_screen(pilot, NodesScreen)
+    await until(pilot, lambda: _rows(pilot.app) == 2)
+    await pilot.press("down")
+
+
+async def node_import(pilot) -> None:
+    await nodes(pilot)
+    await pilot.press("i")
+    await on_screen(pilot, NodeImportScreen)
+
+
+async def help_keys(pilot) -> None:
+    await workspaces(pilot)
+    await pilot.press("question_mark")
+    await on_screen(pilot, HelpScreen)
+
+
+async def error_modal(pilot) -> None:
+    from core.errors import BackendError
+
+    await workspaces(pilot)
+    pilot.app.push_screen(ErrorScreen("Deploy failed", BackendError(
+        "the local supervisor did not start", "see ~/.local/share/geotrain/workspaces/x/logs")))
+    await on_screen(pilot, ErrorScreen)
+
+
+async def _wizard(pilot, hold_at: str | None = None):
+    from core.nodes import add_nodes
+    from tests.tui.stand_in_builder import StandInClusterBuilder
+    from tui.screens.cluster_wizard import ClusterWizardScreen
+
+    app = pilot.app
+    extra = states.recorded_nodes()[1]
+    extra.name, extra.datacenter, extra.host = "par-3", "paris", "192.0.2.33"
+    add_nodes(app.service.store, [extra])
+    app.cluster_builder = StandInClusterBuilder(app.service.store, hold_at, hold_seconds=2)
+    await pilot.press("3")
+    await on_screen(pilot, ClusterWizardScreen)
+    await until(pilot, lambda: app.screen.query_one("SelectionList").option_count == 3)
+    return app.cluster_builder
+
+
+async def wizard_pick(pilot) -> None:
+    await _wizard(pilot)
+    await pilot.press("space", "down", "space")
+
+
+async def _wizard_deploy(pilot, hold_at: str | None):
+    builder = await _wizard(pilot, hold_at)
+    await pilot.press("space", "down", "space", "enter", "enter")
+    await until(pilot, lambda: "preflight" in pilot.app.screen.outcomes)
+    await pilot.press("enter")
+    return builder
+
+
+async def wizard_progress(pilot) -> None:
+    from tui.widgets.progress_table import ProgressTable
+
+    await _wizard_deploy(pilot, "k3s")
+    table = pilot.app.screen.query_one("#deploy-table", ProgressTable)
+    await until(pilot, lambda: table.states.get(("ams-2", "k3s")) == "running"
+                and table.states.get(("par-3", "netmatrix")) == "done")
+
+
+async def wizard_done(pilot) -> None:
+    await _wizard_deploy(pilot, None)
+    await until(pilot, lambda: pilot.app.screen.stage == "done")
+
+
+VIEWS = {
+    "workspaces": workspaces,
+    "workspaces-light": workspaces_light,
+    "workspace-detail": workspace_detail,
+    "delete-confirm": delete_confirm,
+    "deploy-form": deploy_form,
+    "config-editor-error": config_editor_error,
+    "nodes": nodes,
+    "node-import": node_import,
+    "wizard-pick": wizard_pick,
+    "wizard-progress": wizard_progress,
+    "wizard-done": wizard_done,
+    "help": help_keys,
+    "error": error_modal,
+}
+SIZE = (120, 36)
+
+
+def steady(view):
+    """`view`, then cursors that do not blink, so a picture does not depend on timing."""
+    async def run(pilot) -> None:
+        await view(pilot)
+        for widget in pilot.app.screen.query("Input, TextArea"):
+            widget.cursor_blink = False
+        await pilot.pause()
+    return run

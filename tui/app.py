@@ -1,0 +1,110 @@
+"""The geotrain app: screens, global keys, themes. Everything else lives in screens/."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import Worker, WorkerState
+
+from core import paths
+from core.workspaces import WorkspaceService
+from tui.cluster_builder import ClusterBuilder
+from tui.commands import JumpCommands
+from tui.palettes import DEFAULT_THEME, load_themes
+from tui.screens.cluster_wizard import ClusterWizardScreen
+from tui.screens.help import HelpScreen, key_label
+from tui.screens.nodes import NodesScreen
+from tui.screens.workspaces import WorkspacesScreen
+from tui.widgets.error_modal import ErrorScreen
+
+THEME_SETTING = "tui.theme"
+
+
+class GeotrainApp(App):
+    CSS_PATH = str(paths.themes_dir() / "base.tcss")
+    TITLE = "geotrain"
+    MODES = {"workspaces": WorkspacesScreen, "nodes": NodesScreen, "wizard": ClusterWizardScreen}
+    DEFAULT_MODE = "workspaces"
+    COMMANDS = App.COMMANDS | {JumpCommands}
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("colon", "command_palette", "Jump", show=False),
+        Binding("ctrl+t", "next_theme", "Theme", show=False),
+        Binding("1", "switch_mode('workspaces')", "Workspaces", show=False),
+        Binding("2", "switch_mode('nodes')", "Nodes", show=False),
+        Binding("3", "switch_mode('wizard')", "Cluster wizard", show=False),
+    ]
+
+    def __init__(self, service: WorkspaceService | None = None, *,
+                 clock: Callable[[], float] = time.time, poll_seconds: float = 2.0,
+                 log_max_lines: int = 20_000, cluster_builder=None) -> None:
+        super().__init__()
+        self.service = service or WorkspaceService()
+        self.cluster_builder = cluster_builder or ClusterBuilder(self.service.store)
+        self.clock = clock
+        self.poll_seconds = poll_seconds
+        self.log_max_lines = log_max_lines
+        for theme in load_themes():
+            self.register_theme(theme)
+        self.theme = self.service.store.get_setting(THEME_SETTING, DEFAULT_THEME) or DEFAULT_THEME
+        if self.theme not in self.available_themes:
+            self.theme = DEFAULT_THEME
+
+    def watch_theme(self, name: str) -> None:
+        if self.is_running:
+            self.service.store.set_setting(THEME_SETTING, name)
+
+    def action_next_theme(self) -> None:
+        names = [n for n in self.available_themes if n.startswith("geotrain-")]
+        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names \
+            else DEFAULT_THEME
+
+    def open_workspace(self, workspace_id: str) -> None:
+        from tui.screens.workspace_detail import WorkspaceDetailScreen
+
+        self.switch_mode("workspaces")
+        self.push_screen(WorkspaceDetailScreen(workspace_id))
+
+    def action_deploy_form(self) -> None:
+        from tui.screens.workspace_deploy import DeployScreen
+
+        self.switch_mode("workspaces")
+        self.push_screen(DeployScreen())
+
+    def action_deploy_default(self) -> None:
+        self.switch_mode("workspaces")
+        self.screen.action_deploy_default()
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        keys, seen = [], set()
+        for key, active in self.screen.active_bindings.items():
+            binding = active.binding
+            if active.node is not self.screen or binding.action in seen or not binding.description:
+                continue
+            seen.add(binding.action)
+            keys.append((key_label(key), binding.description))
+        self.push_screen(HelpScreen(str(self.screen.title or self.title), keys))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place a failed worker becomes a message to the user."""
+        if event.state != WorkerState.ERROR or event.worker.error is None:
+            return
+        if isinstance(self.screen, ErrorScreen):
+            return
+        self.push_screen(ErrorScreen(f"{event.worker.name} failed", event.worker.error))
+
+
+def make_app(service: WorkspaceService | None = None, **options) -> GeotrainApp:
+    """The app with its collaborators; tests pass their own service, clock and poll rate."""
+    return GeotrainApp(service, **options)
+
+
+def run_app() -> int:
+    make_app().run()
+    return 0

@@ -1,0 +1,197 @@
+"""The cluster wizard: pick nodes → options → preflight → deploy (a bar per node and
+step; `l` shows a node's log) → done (network matrix; `k` imports the kubeconfig)."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import (Checkbox, ContentSwitcher, Footer, Header, Input, Label,
+                             SelectionList, Static)
+from textual.widgets.selection_list import Selection
+
+from core.nodes import list_nodes
+from tui.cluster_builder import WizardRequest
+from tui.messages import BuildFinished, NodeProgress, NodesLoaded
+from tui.screens.base import GeotrainScreen
+from tui.widgets.net_matrix import NetMatrix
+from tui.widgets.progress_table import ProgressTable
+
+STAGES = ("pick", "options", "preflight", "deploy", "done")
+TITLES = {"pick": "1 · pick nodes (space selects, enter continues)",
+          "options": "2 · options (enter continues)",
+          "preflight": "3 · preflight: can every node take part?",
+          "deploy": "4 · deploying (l: the selected node's log)",
+          "done": "5 · done"}
+
+
+class ClusterWizardScreen(GeotrainScreen):
+    TITLE = "Cluster wizard"
+    BINDINGS = [
+        Binding("enter", "next", "Next", priority=True),
+        Binding("escape", "back", "Back"),
+        Binding("l", "node_log", "Node log"),
+        Binding("k", "import_kubeconfig", "Import kubeconfig"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage = "pick"
+        self.request: WizardRequest | None = None
+        self.outcomes: dict[str, object] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(TITLES["pick"], id="stage-title", classes="step-title")
+        with ContentSwitcher(initial="pick", id="stages"):
+            yield SelectionList[str](id="pick")
+            with Vertical(id="options", classes="form"):
+                yield Label("Cluster name")
+                yield Input("gpu-cluster", id="cluster-name")
+                yield Checkbox("WireGuard mesh between the nodes (VPN)", True, id="vpn")
+                yield Label("Mesh subnet (empty: the default)")
+                yield Input(placeholder="10.90.0.0/24", id="subnet")
+            yield Vertical(id="preflight")
+            yield Vertical(id="deploy")
+            with Vertical(id="done"):
+                yield Static("", id="build-summary", markup=False)
+                yield Label("Network matrix (latency · bandwidth between nodes)")
+                yield NetMatrix(id="matrix")
+                yield Static("[b]k[/] import the kubeconfig into ~/.kube/config   "
+                             "[b]esc[/] back to the start", classes="hint")
+        yield Static("", id="wizard-error", classes="field-error", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._load_nodes()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="Loading nodes")
+    def _load_nodes(self) -> None:
+        self.post_message(NodesLoaded(list_nodes(self.app.service.store)))
+
+    @on(NodesLoaded)
+    def _nodes(self, message: NodesLoaded) -> None:
+        picker = self.query_one("#pick", SelectionList)
+        picker.clear_options()
+        for node in message.nodes:
+            free = node.status == "AVAILABLE"
+            label = f"{node.name:<14} {node.datacenter or '—':<12} {node.status}"
+            if node.blockers:
+                label += f"  ({node.blockers[0][:60]})"
+            picker.add_option(Selection(label, node.name, False, disabled=not free))
+        if message.nodes:
+            picker.highlighted = 0
+        else:
+            self._error("The pool has no nodes: import some on the Nodes screen (press 2, then i).")
+        picker.focus()
+
+    # moving between stages -------------------------------------------------
+    def _go(self, stage: str) -> None:
+        self.stage = stage
+        self.query_one("#stages", ContentSwitcher).current = stage
+        self.query_one("#stage-title", Static).update(TITLES[stage])
+        self._error("")
+        self.refresh_bindings()
+
+    def _error(self, text: str) -> None:
+        self.query_one("#wizard-error", Static).update(text and f"✗ {text}")
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        allowed = {"node_log": ("preflight", "deploy", "done"), "import_kubeconfig": ("done",),
+                   "next": ("pick", "options", "preflight")}
+        return self.stage in allowed.get(action, STAGES)
+
+    def action_next(self) -> None:
+        if self.stage == "pick":
+            if not self.query_one("#pick", SelectionList).selected:
+                self._error("select at least one node (space), then enter")
+                return
+            self._go("options")
+            self.query_one("#cluster-name", Input).focus()
+        elif self.stage == "options":
+            self.request = WizardRequest(
+                name=self.query_one("#cluster-name", Input).value.strip(),
+                nodes=list(self.query_one("#pick", SelectionList).selected),
+                vpn=self.query_one("#vpn", Checkbox).value,
+                subnet=self.query_one("#subnet", Input).value.strip() or None)
+            self._start("preflight", ["preflight"])
+        elif self.stage == "preflight":
+            outcome = self.outcomes.get("preflight")
+            if outcome is None:
+                return
+            if not outcome.ok:
+                self._error("a node is blocked: fix what the table says, then esc and retry")
+                return
+            self._start("deploy", None)
+
+    def action_back(self) -> None:
+        if self.stage in ("pick",):
+            self.app.switch_mode("workspaces")
+        elif self.stage == "deploy" and "deploy" not in self.outcomes:
+            self.notify("the deploy keeps running; wait for it to finish", severity="warning")
+        else:
+            self._go("options" if self.stage == "preflight" else "pick")
+
+    # preflight and deploy --------------------------------------------------
+    def _start(self, stage: str, only: list[str] | None) -> None:
+        self.outcomes.pop(stage, None)
+        self._go(stage)
+        self._prepare(stage, only)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="wizard", name="Cluster wizard")
+    def _prepare(self, stage: str, only: list[str] | None) -> None:
+        builder = self.app.cluster_builder
+        steps = only or builder.steps(self.request.vpn)
+        self.app.call_from_thread(self._mount_table, stage, steps)
+        run = builder.preflight if stage == "preflight" else builder.deploy
+        outcome = run(self.request, lambda event: self.post_message(NodeProgress(event)))
+        self.post_message(BuildFinished(stage, outcome))
+
+    def _mount_table(self, stage: str, steps: list[str]) -> None:
+        box = self.query_one(f"#{stage}", Vertical)
+        box.remove_children()
+        table = ProgressTable(self.request.nodes, steps, id=f"{stage}-table")
+        box.mount(table)
+        box.mount(Static("", id=f"{stage}-summary", markup=False))
+        table.focus()
+
+    @on(NodeProgress)
+    def _progress(self, message: NodeProgress) -> None:
+        event = message.event
+        for table in self.query(ProgressTable):
+            table.update_event(event.node, event.step, event.progress, event.message, event.state)
+
+    @on(BuildFinished)
+    def _finished(self, message: BuildFinished) -> None:
+        outcome = message.outcome
+        self.outcomes[message.stage] = outcome
+        if message.stage == "preflight":
+            verdict = ("All nodes can take part: press enter to deploy." if outcome.ok else
+                       "Blocked: nothing was changed. Fix the above, then esc and retry.")
+            self.query_one("#preflight-summary", Static).update("\n".join(outcome.lines + [verdict]))
+            return
+        self.query_one("#deploy-summary", Static).update("\n".join(outcome.lines))
+        self.query_one("#build-summary", Static).update(
+            "\n".join(outcome.lines) + ("\nCluster ready." if outcome.ok else
+                                        "\nSome nodes failed: see their logs (l)."))
+        self.query_one(NetMatrix).show(self.app.cluster_builder.net_matrix(self.request.name))
+        self._go("done")
+
+    def action_node_log(self) -> None:
+        from tui.screens.node_log import NodeLogScreen
+
+        tables = [t for t in self.query(ProgressTable) if t.display]
+        node = tables[-1].selected_node() if tables else None
+        if node and self.request:
+            self.app.push_screen(NodeLogScreen(
+                node, self.app.cluster_builder.node_log(self.request.name, node)))
+
+    def action_import_kubeconfig(self) -> None:
+        if self.request:
+            self._import_kubeconfig(self.request.name)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="kube", name="Kubeconfig import")
+    def _import_kubeconfig(self, name: str) -> None:
+        text = self.app.cluster_builder.import_kubeconfig(name)
+        self.app.call_from_thread(self.notify, text)

@@ -1,0 +1,156 @@
+"""The node pool: servers imported over SSH, their facts and what blocks them."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from core.models import Node
+from core.node_pool import NodePool, Prompts
+from tui import formatting
+from tui.messages import NodesLoaded
+from tui.screens.table_screen import TableScreen
+from tui.ui_prompts import host_key_confirmer
+from tui.widgets.confirm import ConfirmScreen
+
+COLUMNS = ("name", "datacenter", "status", "GPUs", "CPU", "memory", "disk", "blockers")
+
+
+def node_pool(app) -> NodePool:
+    """The app's node pool: same state store, host keys confirmed in a modal."""
+    return NodePool(app.service.store, Prompts(confirm_host_key=host_key_confirmer(app)))
+
+
+def gpus(facts: dict) -> str:
+    found = facts.get("gpus") or []
+    name = str(found[0].get("name", "?")).removeprefix("NVIDIA ") if found else ""
+    return f"{len(found)}× {name}" if found else "—"
+
+
+def short_blockers(blockers: list[str], width: int = 30) -> str:
+    if not blockers:
+        return "—"
+    first = blockers[0] if len(blockers[0]) <= width else blockers[0][:width - 1] + "…"
+    return first + (f" +{len(blockers) - 1}" if len(blockers) > 1 else "")
+
+
+def node_row(node: Node) -> tuple:
+    f = node.facts
+    memory = f.get("memory", {}).get("total_mb")
+    disk = f.get("disk", {})
+    return (node.name, node.datacenter or "—", formatting.status(node.status), gpus(f),
+            str(f.get("cpu", {}).get("cores", "—")),
+            f"{memory / 1024:.0f} GiB" if memory else "—",
+            f"{disk.get('free_gb', '?')}/{disk.get('total_gb', '?')} GB" if disk else "—",
+            short_blockers(node.blockers))
+
+
+def node_details(node: Node) -> str:
+    f = node.facts
+    system, cpu, containerd = f.get("system", {}), f.get("cpu", {}), f.get("containerd", {})
+    wireguard, k3s = f.get("wireguard", {}), f.get("k3s", {})
+    lines = [f"[b]{node.name}[/]  {node.username}@{node.host}:{node.port}",
+             f"jump        {node.jump or '—'}", f"key         {node.key_path or 'SSH agent'}",
+             f"cluster     {node.cluster or '—'}",
+             f"os          {system.get('os_name', '?')} {system.get('arch', '')}",
+             f"kernel      {system.get('kernel', '?')}",
+             f"cpu         {cpu.get('model', '?')} ({cpu.get('cores', '?')} cores)",
+             f"gpus        {gpus(f)}",
+             f"containerd  {containerd.get('version') or 'not installed'}",
+             f"wireguard   {'kernel' if wireguard.get('kernel_module') else 'wireguard-go' if wireguard.get('wireguard_go') else 'missing'}",
+             f"k3s         {k3s.get('version') or 'not installed'}",
+             f"public ip   {f.get('public_ip') or '—'}"]
+    lines += [f"[b red]✗[/] {reason}" for reason in node.blockers]
+    return "\n".join(lines)
+
+
+class NodesScreen(TableScreen):
+    TITLE = "Nodes"
+    AUTO_FOCUS = "#nodes-table"
+    COLUMNS = COLUMNS
+    BINDINGS = [
+        Binding("i", "import", "Import…"),
+        Binding("r", "refresh_node", "Refresh facts"),
+        Binding("d", "remove", "Remove"),
+        *TableScreen.FILTER_BINDINGS,
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: dict[str, Node] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="filter: name, datacenter, status…", id="filter", classes="hidden")
+        with Horizontal():
+            yield DataTable(id="nodes-table", cursor_type="row", zebra_stripes=True)
+            yield Static("No node selected.", id="details")
+        yield Footer()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="Loading nodes")
+    def _load(self) -> None:
+        self.post_message(NodesLoaded(node_pool(self.app).list()))
+
+    @on(NodesLoaded)
+    def _show(self, message: NodesLoaded) -> None:
+        self.nodes = {n.name: n for n in message.nodes}
+        self.refill()
+
+    def refill(self) -> None:
+        table = self.query_one(DataTable)
+        selected = self.selected_key()
+        table.clear()
+        for node in self.nodes.values():
+            if self.matches(row := node_row(node)):
+                table.add_row(*row, key=node.name)
+        if selected in table.rows:
+            table.move_cursor(row=table.get_row_index(selected))
+        self._details()
+        if not self.nodes:
+            self.query_one("#details", Static).update(
+                "No nodes yet. Press [b]i[/] to import a server over SSH (or a YAML/CSV file of"
+                " servers). The built-in [b]local[/] cluster needs none.")
+
+    @on(DataTable.RowHighlighted)
+    def _details(self) -> None:
+        name = self.selected_key()
+        if name in self.nodes:
+            self.query_one("#details", Static).update(node_details(self.nodes[name]))
+
+    # actions ---------------------------------------------------------------
+    def action_import(self) -> None:
+        from tui.screens.node_import import NodeImportScreen
+
+        self.app.push_screen(NodeImportScreen(), lambda _: self.action_reload())
+
+    def action_refresh_node(self) -> None:
+        if (name := self.selected_key()) is not None:
+            self.notify(f"Gathering facts of {name}…")
+            self._refresh([name])
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="refresh", name="Refreshing facts")
+    def _refresh(self, names: list[str]) -> None:
+        node_pool(self.app).refresh(names)
+        self.post_message(NodesLoaded(node_pool(self.app).list()))
+
+    def action_remove(self) -> None:
+        name = self.selected_key()
+        if name is None:
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._remove(name)
+
+        self.app.push_screen(ConfirmScreen(
+            f"Remove {name} from the pool?",
+            f"geotrain forgets {name} and its facts. The server itself is not touched;"
+            " import it again any time.", "y  remove"), answered)
+
+    @work(thread=True, exit_on_error=False, group="remove", name="Removing node")
+    def _remove(self, name: str) -> None:
+        node_pool(self.app).remove(name)
+        self.post_message(NodesLoaded(node_pool(self.app).list()))

@@ -1,0 +1,73 @@
+"""A screen around one DataTable of records, with the `/` filter box above it."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.binding import Binding
+from textual.widgets import DataTable, Input
+
+from tui.screens.base import GeotrainScreen
+
+
+class TableScreen(GeotrainScreen):
+    """Subclasses compose an `Input#filter` and a DataTable, and implement `_load()` (a
+    thread worker posting the records) and `refill()` (records -> rows)."""
+
+    COLUMNS: tuple[str, ...] = ()
+    POLL = False  # re-load every app.poll_seconds while the screen exists
+
+    FILTER_BINDINGS = [
+        Binding("slash", "filter", "Filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter_text = ""
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for name in self.COLUMNS:
+            table.add_column(name, key=name)
+        self.action_reload()
+        if self.POLL and self.app.poll_seconds:
+            self.set_interval(self.app.poll_seconds, self.action_reload)
+
+    def action_reload(self) -> None:
+        self._load()
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def refill(self) -> None:
+        raise NotImplementedError
+
+    def matches(self, cells) -> bool:
+        needle = self.filter_text.lower()
+        return not needle or needle in " ".join(map(str, cells)).lower()
+
+    def selected_key(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.remove_class("hidden")
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self.refill()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self) -> None:
+        self.query_one(DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.add_class("hidden")
+        self.query_one(DataTable).focus()

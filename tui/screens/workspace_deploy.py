@@ -1,0 +1,240 @@
+"""The deploy form: template, cluster, model, size, preset, workers, steps, and the
+W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config."""
+
+from __future__ import annotations
+
+import yaml
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
+
+from core import recipe_catalog
+from core.clusters import list_clusters
+from core.errors import GeotrainError, InvalidInput
+from core.models import TEMPLATES
+from core.wan_plan import plan_for_cluster
+from core.workspaces import DEFAULTS, DeployRequest
+from tui.messages import DeployChoices, DetailedConfig, FormProblem, PlanAdvice, WorkspaceDeployed
+from tui.screens.base import GeotrainScreen
+
+
+def _field(label: str, widget) -> Vertical:
+    return Vertical(Label(label), widget, classes="field")
+
+
+def _options(names) -> list[tuple[str, str]]:
+    return [(name, name) for name in names]
+
+
+class DeployScreen(GeotrainScreen):
+    TITLE = "Deploy a workspace"
+    AUTO_FOCUS = "#cluster"
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+s", "deploy", "Deploy", priority=True),
+        Binding("ctrl+e", "edit_config", "Detailed config", priority=True),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.models: dict[str, list[str]] = {}
+        self.config_text: str | None = None  # set once the detailed config was edited
+        self.preferred_size = DEFAULTS["size"]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(classes="form"):
+            with Horizontal(classes="row"):
+                yield _field("Template", Select(_options(TEMPLATES), value=TEMPLATES[0],
+                                                allow_blank=False, id="template"))
+                yield _field("Cluster", Select([], id="cluster"))
+            with Horizontal(classes="row"):
+                yield _field("Model", Select([], id="model"))
+                yield _field("Size", Select([], id="size"))
+                yield _field("Gradient compression", Select([], id="preset"))
+            with Horizontal(classes="row"):
+                yield _field("Workers", Input(str(DEFAULTS["workers"]), type="integer", id="workers"))
+                yield _field("Steps", Input(str(DEFAULTS["steps"]), type="integer", id="steps"))
+            with Horizontal(classes="row"):
+                yield _field("W&B API key (optional; runs offline without)",
+                             Input(password=True, placeholder="never shown", id="wandb"))
+                yield _field("Hugging Face token (optional; checkpoints stay local)",
+                             Input(password=True, placeholder="never shown", id="hf"))
+            yield Static("", id="plan", classes="hint", markup=False)
+            yield Static("", id="config-state", classes="hint")
+            yield Static("", id="form-error", classes="field-error", markup=False)
+            with Horizontal(classes="form-buttons"):
+                yield Button("Deploy", id="deploy", variant="primary")
+                yield Button("Detailed config…", id="edit")
+                yield Button("Cancel", id="cancel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._load_choices()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="choices", name="Loading choices")
+    def _load_choices(self) -> None:
+        store = self.app.service.store
+        self.post_message(DeployChoices([c.name for c in list_clusters(store)],
+                                        recipe_catalog.models(), list(recipe_catalog.presets())))
+
+    @on(DeployChoices)
+    def _choices(self, message: DeployChoices) -> None:
+        self.models = message.models
+        self._set_options("#cluster", message.clusters, "local")
+        self._set_options("#model", list(message.models), DEFAULTS["model"])
+        self._set_options("#preset", message.presets, DEFAULTS["preset"])
+        self._sizes(DEFAULTS["model"])
+
+    def _set_options(self, selector: str, names: list[str], default: str) -> None:
+        select = self.query_one(selector, Select)
+        select.set_options(_options(names))
+        if default in names:
+            select.value = default
+        elif names:
+            select.value = names[0]
+
+    def _sizes(self, model: str) -> None:
+        sizes = self.models.get(model, [])
+        self._set_options("#size", sizes, self.preferred_size)
+
+    @on(Select.Changed, "#model")
+    def _model_changed(self, event: Select.Changed) -> None:
+        if isinstance(event.value, str):
+            self._sizes(event.value)
+
+    @on(Select.Changed, "#cluster, #size, #preset")
+    @on(Input.Changed, "#workers")
+    def _choices_changed(self) -> None:
+        cluster, model, size = self._value("#cluster"), self._value("#model"), self._value("#size")
+        workers = self.query_one("#workers", Input).value.strip()
+        if cluster and model and size and workers.isdigit() and int(workers) > 0:
+            self._advise(cluster, model, size, int(workers))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="plan", name="Planning")
+    def _advise(self, cluster: str, model: str, size: str, workers: int) -> None:
+        """The WAN planner's pick for these choices (step time assumed unless measured)."""
+        try:
+            plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
+            text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size})"
+        except GeotrainError as exc:
+            text = f"Planner: no estimate ({exc.message})"
+        self.post_message(PlanAdvice(text))
+
+    @on(PlanAdvice)
+    def _show_advice(self, message: PlanAdvice) -> None:
+        self.query_one("#plan", Static).update(message.text)
+
+    # reading the form ------------------------------------------------------
+    def _value(self, selector: str) -> str | None:
+        value = self.query_one(selector, Select).value
+        return value if isinstance(value, str) else None
+
+    def _number(self, selector: str, label: str) -> int:
+        text = self.query_one(selector, Input).value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidInput(f"{label} must be a whole number, got {text!r}",
+                               f"type a number of {label.lower()} (1 or more)") from None
+
+    def request(self) -> DeployRequest:
+        """The form as a DeployRequest; raises InvalidInput for what it can see itself."""
+        return DeployRequest(cluster=self._value("#cluster") or "local",
+                             model=self._value("#model"), size=self._value("#size"),
+                             preset=self._value("#preset"),
+                             workers=self._number("#workers", "Workers"),
+                             steps=self._number("#steps", "Steps"),
+                             config_text=self.config_text, config_source="detailed config")
+
+    def tokens(self) -> dict[str, str | None]:
+        tokens = {}
+        for name in ("wandb", "hf"):
+            value = self.query_one(f"#{name}", Input).value
+            if value and (not value.strip() or any(c.isspace() for c in value)):
+                raise InvalidInput(f"the {name} token contains spaces",
+                                   "paste the token exactly as shown by the provider")
+            tokens[name] = value or None
+        return tokens
+
+    # actions ---------------------------------------------------------------
+    @on(Button.Pressed, "#deploy")
+    def action_deploy(self) -> None:
+        self._problem("")
+        try:
+            request, tokens = self.request(), self.tokens()
+        except InvalidInput as exc:
+            self._problem(str(exc))
+            return
+        self._deploy(request, tokens)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="deploy", name="Deploy")
+    def _deploy(self, request: DeployRequest, tokens: dict) -> None:
+        service = self.app.service
+        try:
+            spec = service.build_spec(request)
+        except InvalidInput as exc:
+            self.post_message(FormProblem(str(exc)))
+            return
+        self.post_message(WorkspaceDeployed(service.deploy(spec, tokens)))
+
+    @on(FormProblem)
+    def _show_problem(self, message: FormProblem) -> None:
+        self._problem(message.text)
+
+    def _problem(self, text: str) -> None:
+        self.query_one("#form-error", Static).update(text and f"✗ {text}")
+
+    @on(WorkspaceDeployed)
+    def _deployed(self, message: WorkspaceDeployed) -> None:
+        from tui.screens.workspace_detail import WorkspaceDetailScreen
+
+        self.notify(f"Deployed {message.workspace.id}")
+        self.app.switch_screen(WorkspaceDetailScreen(message.workspace.id))
+
+    @on(Button.Pressed, "#edit")
+    def action_edit_config(self) -> None:
+        self._problem("")
+        try:
+            request = self.request()
+        except InvalidInput as exc:
+            self._problem(str(exc))
+            return
+        self._build_config(request)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="config", name="Building config")
+    def _build_config(self, request: DeployRequest) -> None:
+        try:
+            spec = self.app.service.build_spec(request)
+        except InvalidInput as exc:
+            self.post_message(FormProblem(str(exc)))
+            return
+        self.post_message(DetailedConfig(yaml.safe_dump(spec.config, sort_keys=False)))
+
+    @on(DetailedConfig)
+    def _open_editor(self, message: DetailedConfig) -> None:
+        from tui.screens.config_editor import ConfigEditorScreen
+
+        self.app.push_screen(ConfigEditorScreen(message.text), self._edited)
+
+    def _edited(self, text: str | None) -> None:
+        if text is None:
+            return
+        self.config_text = text
+        config = yaml.safe_load(text)
+        if isinstance(config.get("size"), str):
+            self.preferred_size = config["size"]
+            self._sizes(config.get("model") or self._value("#model") or "")
+        for key, selector in (("model", "#model"), ("gradient_compression", "#preset")):
+            if isinstance(config.get(key), str):
+                self.query_one(selector, Select).value = config[key]
+        if isinstance(config.get("steps"), int):
+            self.query_one("#steps", Input).value = str(config["steps"])
+        self.query_one("#config-state", Static).update(
+            "Using your edited detailed config (form fields still apply on top).")
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.app.pop_screen()

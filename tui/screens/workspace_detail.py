@@ -1,0 +1,152 @@
+"""One workspace: status and workers, live loss and bytes-sent curves, merged logs."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import Footer, Header, Input, Static
+from textual.worker import get_current_worker
+
+from tui import formatting
+from tui.screens.base import GeotrainScreen
+from tui.log_feed import feed
+from tui.messages import WorkspaceDeleted, WorkspaceStatus
+from tui.screens.workspaces import ask_delete
+from tui.widgets.log_view import LogView
+from tui.widgets.loss_chart import LossChart, human_bytes
+
+
+class WorkspaceDetailScreen(GeotrainScreen):
+    TITLE = "Workspace"
+    AUTO_FOCUS = "#log"
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("f", "follow", "Follow"),
+        Binding("w", "wrap", "Wrap"),
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "search", "Search"),
+        Binding("n", "next_match", "Next match", show=False),
+        Binding("d", "delete", "Delete"),
+    ]
+
+    def __init__(self, workspace_id: str) -> None:
+        super().__init__()
+        self.workspace_id = workspace_id
+        self.sub_title = workspace_id
+        self.input_mode = "filter"
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="summary"):
+            yield Static("loading…", id="status")
+            yield LossChart("loss", id="loss")
+            yield LossChart("bytes sent", human_bytes, id="bytes")
+        yield Input(id="query", classes="hidden")
+        yield LogView(max_lines=self.app.log_max_lines, id="log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(LogView).focus()
+        self._poll()
+        self._read_logs()
+        if self.app.poll_seconds:
+            self.set_interval(self.app.poll_seconds, self._poll)
+        self.watch(self.query_one(LogView), "following", self._show_follow)
+
+    # status ----------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="status", name="Workspace status")
+    def _poll(self) -> None:
+        service = self.app.service
+        workspace = service.get(self.workspace_id)
+        state = service.refresh(workspace)
+        self.post_message(WorkspaceStatus(workspace, state, service.metrics(self.workspace_id)))
+
+    @on(WorkspaceStatus)
+    def _show_status(self, message: WorkspaceStatus) -> None:
+        ws, state = message.workspace, message.state
+        lines = [f"[b]{ws.id}[/]  on [b]{ws.cluster}[/]",
+                 f"{ws.spec.model} {ws.spec.size} · preset {ws.spec.preset} · "
+                 f"{ws.spec.workers} workers · {ws.spec.steps} steps",
+                 f"status  {formatting.status(state.status).markup}"
+                 + (f"  ({state.reason})" if state.reason else "")]
+        lines += [f"  {w.name:<12} {formatting.status(w.status).markup} {w.detail}"
+                  for w in state.workers]
+        self.query_one("#status", Static).update("\n".join(lines))
+        rows = message.metrics
+        self.query_one("#loss", LossChart).set_points(
+            [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r])
+        self.query_one("#bytes", LossChart).set_points(
+            [(r["step"], r["bytes_sent"]) for r in rows
+             if r.get("bytes_sent") is not None and "step" in r])
+
+    # logs ------------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="logs", name="Reading logs")
+    def _read_logs(self) -> None:
+        view = self.query_one(LogView)
+        worker = get_current_worker()
+        lines = self.app.service.logs(self.workspace_id, follow=True)
+        feed(lines, view.post_message, view.gate, lambda: worker.is_cancelled)
+
+    def _show_follow(self, following: bool) -> None:
+        view = self.query_one(LogView)
+        view.border_title = "logs"
+        view.border_subtitle = "following the end" if following else "paused · f follows"
+
+    def action_follow(self) -> None:
+        self.query_one(LogView).follow()
+
+    def action_wrap(self) -> None:
+        view = self.query_one(LogView)
+        view.wrap = not view.wrap
+
+    # filter and search -----------------------------------------------------
+    def _open_query(self, mode: str, placeholder: str) -> None:
+        self.input_mode = mode
+        box = self.query_one("#query", Input)
+        box.placeholder = placeholder
+        box.value = ""
+        box.remove_class("hidden")
+        box.focus()
+
+    def action_filter(self) -> None:
+        self._open_query("filter", "filter: show only lines containing…")
+
+    def action_search(self) -> None:
+        self._open_query("search", "search: highlight and jump to…")
+
+    @on(Input.Changed, "#query")
+    def _query_changed(self, event: Input.Changed) -> None:
+        if self.input_mode == "filter":
+            self.query_one(LogView).set_filter(event.value)
+
+    @on(Input.Submitted, "#query")
+    def _query_done(self, event: Input.Submitted) -> None:
+        view = self.query_one(LogView)
+        if self.input_mode == "search":
+            if not view.search(event.value):
+                self.notify(f"{event.value!r} not found", severity="warning")
+        view.focus()
+
+    def action_next_match(self) -> None:
+        view = self.query_one(LogView)
+        view.search(self.query_one("#query", Input).value)
+
+    def action_back(self) -> None:
+        box = self.query_one("#query", Input)
+        if box.has_focus or not box.has_class("hidden"):
+            if self.input_mode == "filter":
+                self.query_one(LogView).set_filter("")
+            box.add_class("hidden")
+            self.query_one(LogView).focus()
+            return
+        self.app.pop_screen()
+
+    def action_delete(self) -> None:
+        ask_delete(self, self.workspace_id)
+
+    @on(WorkspaceDeleted)
+    def _deleted(self, message: WorkspaceDeleted) -> None:
+        self.notify(f"Deleted {message.workspace_id}")
+        self.app.pop_screen()

@@ -1,0 +1,157 @@
+"""The home view: every workspace on every cluster, refreshed by a timer."""
+
+from __future__ import annotations
+
+import os
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from core.workspaces import DeployRequest
+from tui import formatting
+from tui.screens.table_screen import TableScreen
+from tui.messages import WorkspaceDeleted, WorkspaceDeployed, WorkspacesLoaded
+from tui.widgets.confirm import ConfirmScreen
+
+COLUMNS = ("id", "cluster", "model", "preset", "status", "age", "last loss")
+
+
+def env_tokens() -> dict[str, str | None]:
+    return {"wandb": os.environ.get("WANDB_API_KEY"), "hf": os.environ.get("HF_TOKEN")}
+
+
+class WorkspacesScreen(TableScreen):
+    TITLE = "Workspaces"
+    AUTO_FOCUS = "#workspaces"
+    COLUMNS = COLUMNS
+    POLL = True
+    BINDINGS = [
+        Binding("n", "deploy_default", "Deploy default"),
+        Binding("c", "deploy_form", "Deploy…"),
+        Binding("enter", "open", "Open", show=False),
+        Binding("l", "open", "Logs"),
+        Binding("d", "delete", "Delete"),
+        Binding("r", "reload", "Refresh"),
+        *TableScreen.FILTER_BINDINGS,
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.workspaces: dict[str, object] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="filter: id, cluster, model, status…", id="filter", classes="hidden")
+        yield DataTable(id="workspaces", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="empty", classes="hint")
+        yield Footer()
+
+    # loading ---------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="Loading workspaces")
+    def _load(self) -> None:
+        self.post_message(WorkspacesLoaded(self.app.service.list()))
+
+    @on(WorkspacesLoaded)
+    def _show(self, message: WorkspacesLoaded) -> None:
+        self.workspaces = {ws.id: ws for ws in message.workspaces}
+        self.refill()
+
+    def _row(self, ws) -> tuple:
+        return (ws.id, ws.cluster, f"{ws.spec.model} {ws.spec.size}", ws.spec.preset,
+                formatting.status(ws.status), formatting.age(self.app.clock() - ws.created_at),
+                formatting.loss(ws.last_loss))
+
+    def refill(self) -> None:
+        """Update the table in place (changed cells, new rows, gone rows); when many rows
+        come or go at once (a filter), rebuild it, which is much faster."""
+        table = self.query_one(DataTable)
+        wanted = {ws.id: row for ws in self.workspaces.values()
+                  if self.matches((row := self._row(ws))[:5])}
+        gone = [k for k in table.rows if k.value not in wanted]
+        if len(gone) + len(wanted) - (len(table.rows) - len(gone)) > 20:
+            selected = self.selected_key()
+            table.clear()
+            for ws_id, row in wanted.items():
+                table.add_row(*row, key=ws_id)
+            if selected in wanted:
+                table.move_cursor(row=table.get_row_index(selected), animate=False)
+        else:
+            for key in gone:
+                table.remove_row(key)
+            for ws_id, row in wanted.items():
+                if ws_id not in table.rows:
+                    table.add_row(*row, key=ws_id)
+                    continue
+                for column, value in zip(COLUMNS, row):
+                    if str(table.get_cell(ws_id, column)) != str(value):
+                        table.update_cell(ws_id, column, value)
+        empty = self.query_one("#empty", Static)
+        empty.update("" if wanted else
+                     "No workspaces yet. Press [b]n[/] to deploy the default (tiny gpt-neo, 2 workers,"
+                     " medium compression, on local) or [b]c[/] to choose.")
+
+    # actions ---------------------------------------------------------------
+    @on(DataTable.RowSelected)
+    def action_open(self) -> None:
+        from tui.screens.workspace_detail import WorkspaceDetailScreen
+
+        if (ws_id := self.selected_key()) is not None:
+            self.app.push_screen(WorkspaceDetailScreen(ws_id))
+
+    def action_deploy_default(self) -> None:
+        self.notify("Deploying the default workspace on local…")
+        self._deploy_default()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="deploy", name="Deploy")
+    def _deploy_default(self) -> None:
+        service = self.app.service
+        spec = service.build_spec(DeployRequest())
+        self.post_message(WorkspaceDeployed(service.deploy(spec, env_tokens())))
+
+    def action_deploy_form(self) -> None:
+        from tui.screens.workspace_deploy import DeployScreen
+
+        self.app.push_screen(DeployScreen())
+
+    @on(WorkspaceDeployed)
+    def _deployed(self, message: WorkspaceDeployed) -> None:
+        self.notify(f"Deployed {message.workspace.id}")
+        self.action_reload()
+        from tui.screens.workspace_detail import WorkspaceDetailScreen
+
+        self.app.push_screen(WorkspaceDetailScreen(message.workspace.id))
+
+    def action_delete(self) -> None:
+        if (ws_id := self.selected_key()) is not None:
+            ask_delete(self, ws_id)
+
+    @on(WorkspaceDeleted)
+    def _deleted(self, message: WorkspaceDeleted) -> None:
+        self.notify(f"Deleted {message.workspace_id}")
+        self.action_reload()
+
+
+def ask_delete(screen: Screen, workspace_id: str) -> None:
+    """Say what will be lost, then delete on `y` (in a thread) and tell `screen`."""
+    service = screen.app.service
+
+    def answered(yes: bool | None) -> None:
+        if yes:
+            _delete(screen, workspace_id)
+
+    @work(thread=True, exit_on_error=False, group="delete", name="Preparing delete")
+    def _ask(self) -> None:
+        text = service.what_will_be_lost(workspace_id)
+        self.app.call_from_thread(self.app.push_screen,
+                                  ConfirmScreen(f"Delete {workspace_id}?", text), answered)
+
+    _ask(screen)
+
+
+@work(thread=True, exit_on_error=False, group="delete", name="Delete")
+def _delete(screen: Screen, workspace_id: str) -> None:
+    screen.app.service.delete(workspace_id)
+    screen.post_message(WorkspaceDeleted(workspace_id))

@@ -1,0 +1,28 @@
+"""A yes/no question as a modal: `y` answers yes, any other key answers no."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    def __init__(self, title: str, body: str, yes_label: str = "y  delete") -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+        self.yes_label = yes_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="confirm"):
+            yield Static(self.title_text, classes="dialog-title")
+            yield Static(self.body, classes="dialog-body", markup=False)
+            yield Static(f"[b]{self.yes_label}[/]    any other key  cancel", classes="dialog-keys")
+
+    def on_key(self, event: events.Key) -> None:
+        event.stop()
+        event.prevent_default()
+        self.dismiss(event.key == "y")
