@@ -92,9 +92,10 @@ class CheckpointStore:
         for step in self.steps_on_disk()[:-self.keep] if self.keep > 0 else []:
             for path in rank_files(self.root, step, self.rank):
                 path.unlink(missing_ok=True)
-            folder = step_dir(self.root, step)
-            if not any(folder.glob("rank_*")):
-                shutil.rmtree(folder, ignore_errors=True)
+            try:  # ranks share the directory: the last one out removes it (rmdir fails if not empty)
+                step_dir(self.root, step).rmdir()
+            except OSError:
+                pass
 
     # reading ----------------------------------------------------------------
     def steps_on_disk(self) -> list[int]:

@@ -128,6 +128,9 @@ class LocalBackend(Backend):
             return None
         kill_all(workspace_processes(workspace_id), grace=5)
         (run_dir / "supervisor.pid").unlink(missing_ok=True)
+        launch = json.loads((run_dir / "launch.json").read_text())
+        launch["workspace_recoveries"] = int(launch.get("workspace_recoveries", 0)) + 1  # the budget is shared
+        (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
         self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=recipe_env()["PYTHONPATH"]))
         return "the supervisor process vanished"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from core.backends.run_history import RunHistory
-from core.backends.worker_pool import WorkerPool, describe_exit, pool_environment
+from core.backends.worker_pool import WorkerPool, describe_exit, pool_environment, recoveries_used
 from core.secrets import SecretStore
 
 RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:(.*)$")
@@ -124,7 +124,7 @@ def run(run_dir: Path) -> int:
 def run_group(run_dir: Path, launch: dict, env: dict[str, str], history: RunHistory) -> int:
     """torchrun until it succeeds or the retry budget is spent; each restart resumes from
     the newest complete checkpoint (recipes.train does that on start)."""
-    budget, used = int(launch.get("max_recoveries", 0)), 0
+    budget, used = int(launch.get("max_recoveries", 0)), recoveries_used(run_dir, launch)
     while True:
         demux = Demux(run_dir / "logs", history)
         child = subprocess.Popen(launch["argv"], cwd=run_dir, env=env, stdin=subprocess.DEVNULL,

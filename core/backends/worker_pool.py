@@ -39,7 +39,7 @@ class WorkerPool:
         self.run_dir, self.launch, self.env, self.history = run_dir, launch, env, history
         self.workers = int(launch["workers"])
         self.budget = int(launch.get("max_recoveries", 0))
-        self.used = 0
+        self.used = recoveries_used(run_dir, launch)
         self.generation = 0
         self.store: subprocess.Popen | None = None
         self.store_address = ""
@@ -190,6 +190,14 @@ class WorkerPool:
             self._start_worker(rank)
         self._start_spare()
         return None
+
+
+def recoveries_used(run_dir: Path, launch: dict) -> int:
+    """Recoveries already spent by earlier supervisors of this run and by the app's check."""
+    from core.backends.run_history import read_history
+
+    earlier = sum(r.get("kind") == "recovery" for r in read_history(run_dir))
+    return earlier + int(launch.get("workspace_recoveries", 0))
 
 
 def pool_environment(env: dict[str, str]) -> dict[str, str]:
