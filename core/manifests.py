@@ -16,6 +16,7 @@ from core.k8s_names import job_name, label_value, rocm_variant, validate_image
 from core.models import Cluster, WorkspaceSpec
 from core.secrets import TOKEN_ENV
 from core.node_inventory import GPU_RESOURCE, NodeGroup, allocate, dist_backend
+from core.recovery_manifests import add_recovery
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 DEFAULT_IMAGE = "ghcr.io/geotrain/recipes:0.1.0"
@@ -204,7 +205,7 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
         if count:
             tasks.append({"name": name, "replicas": count, "minAvailable": count,
                           "template": template(group, False)})
-    return {
+    return add_recovery({
         "apiVersion": API_VERSION, "kind": "Job",
         "metadata": _metadata(workspace_id, job, namespace),
         "spec": {
@@ -217,7 +218,7 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                          {"event": "PodFailed", "action": "RestartJob"}],
             "tasks": tasks,
         },
-    }
+    }, spec)
 
 
 def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,

@@ -70,6 +70,8 @@ class WorkspaceSpec:
     config: dict[str, Any] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     image: str | None = None
+    recovery: dict[str, Any] = field(default_factory=dict)
+    """Checkpoint location and automatic recovery (core.recovery.RecoverySettings)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,6 +125,7 @@ _FIELDS: dict[str, tuple[type, str]] = {
     "config": (dict, "a mapping (the detailed config)"),
     "tokens": (dict, "a mapping of token references"),
     "image": (str, "a container image name"),
+    "recovery": (dict, "a mapping of recovery settings"),
 }
 _REQUIRED = ("cluster", "model", "size", "preset", "workers", "steps")
 
@@ -153,6 +156,10 @@ def validate_spec_fields(data: Any) -> dict[str, Any]:
         if out[name] < 1:
             raise FieldError(name, _FIELDS[name][1], out[name],
                              f"use --{name} 1 or more")
+    if "recovery" in out:
+        from core.recovery import RecoverySettings
+
+        out["recovery"] = RecoverySettings.from_dict(out["recovery"]).to_dict()
     if out.get("template", TEMPLATES[0]) not in TEMPLATES:
         raise FieldError("template", f"one of {', '.join(TEMPLATES)}", out["template"])
     return out

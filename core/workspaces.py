@@ -18,6 +18,7 @@ from core.clusters import get_cluster
 from core.errors import FieldError, InvalidInput, NotFound
 from core.files import read_user_file
 from core.models import Status, Workspace, WorkspaceSpec, parse_yaml
+from core.recovery import RecoverySettings
 from core.secrets import TOKEN_ENV, SecretStore
 from core.store import Store
 
@@ -38,6 +39,7 @@ class DeployRequest:
     config_text: str | None = None
     config_source: str = "--config"
     sets: tuple[str, ...] = ()
+    recovery: dict[str, Any] | None = None
 
 
 class WorkspaceService:
@@ -71,7 +73,8 @@ class WorkspaceService:
             recipe_catalog.set_path(config, key.strip(), value.strip())
         spec = WorkspaceSpec.from_dict({**{k: v for k, v in base.items() if k not in DEFAULTS},
                                         **fields, "cluster": req.cluster, "config": config,
-                                        **({"image": req.image} if req.image else {})})
+                                        **({"image": req.image} if req.image else {}),
+                                        **({"recovery": req.recovery} if req.recovery else {})})
         self.validate_config(spec)
         return spec
 
@@ -146,7 +149,13 @@ class WorkspaceService:
         with self.store.read() as conn:
             rows = conn.execute("SELECT at, kind, detail FROM workspace_events WHERE workspace=?"
                                 " ORDER BY at", (workspace_id,)).fetchall()
-        return [{"at": r["at"], "kind": r["kind"], **json.loads(r["detail"])} for r in rows]
+        events = [{"at": r["at"], "kind": r["kind"], **json.loads(r["detail"])} for r in rows]
+        ws = self.get(workspace_id)
+        try:
+            events += self.backend(ws.cluster).history(workspace_id)
+        except NotFound:
+            pass  # the cluster record is gone; the stored events remain
+        return sorted(events, key=lambda e: e["at"])
 
     def _row(self, row) -> Workspace:
         return Workspace(id=row["id"], spec=WorkspaceSpec(**json.loads(row["spec"])),
@@ -175,6 +184,8 @@ class WorkspaceService:
         """Ask the backend for the live status and remember it (and the last loss)."""
         backend = self.backend(ws.cluster)
         state = backend.status(ws.id)
+        if state.status in (Status.FAILED.value, Status.RUNNING.value, Status.PENDING.value):
+            state = self._maybe_recover(backend, ws, state)
         rows = backend.metrics(ws.id)
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), ws.last_loss)
         if state.status != ws.status or loss != ws.last_loss:
@@ -183,6 +194,19 @@ class WorkspaceService:
                              (state.status, loss, time.time(), ws.id))
             ws.status, ws.last_loss = state.status, loss
         return state
+
+    def _maybe_recover(self, backend: Backend, ws: Workspace, state: WorkspaceState) -> WorkspaceState:
+        """The recovery check the app and CLI run on every refresh, within the retry budget."""
+        budget = RecoverySettings.from_dict(ws.spec.recovery).max_recoveries
+        used = sum(e["kind"] == "recovery" for e in self.events(ws.id))
+        if used >= budget:
+            return state
+        cause = backend.recover(ws.id, ws.spec, state)
+        if cause is None:
+            return state
+        self.record_event(ws.id, "recovery", {"scope": "workspace", "workers": [w.name for w in state.workers],
+                                              "cause": cause, "attempt": used + 1, "budget": budget})
+        return backend.status(ws.id)
 
     def status(self, workspace_id: str) -> WorkspaceState:
         return self.refresh(self.get(workspace_id))

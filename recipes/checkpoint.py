@@ -90,3 +90,13 @@ def latest_common_step(out_dir: Path, rank: int, world_size: int) -> int | None:
 def load(out_dir: Path, step: int, rank: int) -> dict:
     path = checkpoint_root(out_dir) / f"step_{step:08d}" / f"rank_{rank}.pt"
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def common_step(mine: int | None, complete: list[int], world_size: int) -> int | None:
+    """The newest step every rank holds complete (agreed over the group); `mine` when alone."""
+    if world_size == 1 or not dist.is_initialized():
+        return mine
+    everyone: list = [None] * world_size
+    dist.all_gather_object(everyone, sorted(complete))
+    common = set.intersection(*(set(s) for s in everyone))
+    return max(common) if common else None

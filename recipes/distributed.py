@@ -52,7 +52,8 @@ def setup(cfg: DistConfig, device_choice: str = "auto") -> Runtime:
     if cfg.socket_ifname:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", cfg.socket_ifname)
         os.environ.setdefault("NCCL_SOCKET_IFNAME", cfg.socket_ifname)
-    distributed = world_size > 1
+    # Elastic DiLoCo forms its own groups per outer step (recipes.elastic): no fixed group.
+    distributed = world_size > 1 and not os.environ.get("GEOTRAIN_ELASTIC_STORE")
     if distributed and not dist.is_initialized():
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=cfg.timeout_s),

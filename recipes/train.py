@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
-from recipes import checkpoint
+from recipes import checkpoint, elastic
 from recipes.algorithms import build_algorithm
+from recipes.checkpoint_store import CheckpointStore
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
 from recipes.config_schema import TrainConfig
 from recipes.data import build_data
@@ -65,11 +66,16 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=tuple(o.betas),
                                            weight_decay=o.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        self.wire = Wire(rt.world_size)
+        self.membership = elastic.from_env(rt.rank, rt.world_size, self.comp.algorithm)
+        self.wire = self.membership.wire if self.membership else Wire(rt.world_size)
         self.algo = build_algorithm(self.model, self.comp, cfg, self.wire)
         self.step = 0
         self.items = 0
         self.finished = False  # the end-of-training sync ran (a restart after the end must not repeat it)
+        self.checkpoints = CheckpointStore(self.out_dir, rt.rank, cfg.checkpoint.keep)
+        self.resumed_from: int | None = None
+        if self.membership:
+            self.membership.attach(self)
 
     def state(self) -> dict:
         return {"step": self.step, "items": self.items, "bytes_sent": self.wire.bytes_sent,
@@ -87,16 +93,21 @@ class Trainer:
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 
-    def maybe_resume(self) -> None:
-        if not self.cfg.checkpoint.resume:
-            return
-        step = checkpoint.latest_common_step(self.out_dir, self.rt.rank, self.rt.world_size)
+    def maybe_resume(self) -> bool:
+        """Load the newest complete checkpoint (agreed by all ranks, or by the elastic quorum).
+        False when an elastic run has already finished without this worker."""
+        step = self.checkpoints.newest_complete() if self.cfg.checkpoint.resume else None
+        if self.membership is None and self.rt.distributed:
+            step = checkpoint.common_step(step, self.checkpoints.complete_steps(), self.rt.world_size)
         if step is not None:
-            self.load(checkpoint.load(self.out_dir, step, self.rt.rank))
+            self.load(self.checkpoints.load(step))
+            self.resumed_from = step
             say(self.rt.rank, f"resumed from checkpoint at step {step}")
+            elastic.emit("resumed", rank=self.rt.rank, step=step)
+        return self.membership.join() if self.membership else True
 
     def save(self, uploader=None) -> None:
-        path = checkpoint.save(self.out_dir, self.step, self.rt.rank, self.state(), self.cfg.checkpoint.keep)
+        path = self.checkpoints.save(self.step, self.state())
         if uploader is not None:
             uploader.upload(path)
 
@@ -151,7 +162,9 @@ def run(cfg: TrainConfig) -> int:
     say(rt.rank, f"{cfg.model}/{cfg.size} {count_parameters(trainer.model):,} params, preset "
                  f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits), "
                  f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")
-    trainer.maybe_resume()
+    if not trainer.maybe_resume():
+        say(rt.rank, "the other workers finished the run while this one was away")
+        return 0
     losses, window_start = [], time.perf_counter()
     log_every, every = cfg.logging.log_every, cfg.checkpoint.every
     while trainer.step < cfg.steps:
@@ -173,6 +186,8 @@ def run(cfg: TrainConfig) -> int:
     if not trainer.finished:
         trainer.algo.finish(trainer.step)
         trainer.finished = True
+    if trainer.membership:
+        trainer.membership.mark_finished()
     result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,
               **trainer.evaluate()}
     if rt.rank == 0 and "eval_loss" in result:
@@ -181,6 +196,7 @@ def run(cfg: TrainConfig) -> int:
     trainer.save(uploader)
     if uploader is not None:
         uploader.wait()
+    trainer.checkpoints.wait()
     telemetry.close()
     say(rt.rank, "done " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                     for k, v in result.items()))

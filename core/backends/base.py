@@ -64,6 +64,15 @@ class Backend(abc.ABC):
     def delete(self, workspace_id: str) -> None:
         """Stop everything of the workspace and remove its files/resources. Idempotent."""
 
+    def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
+        """Bring a failed or vanished workspace back (it resumes from its newest checkpoint);
+        the cause in words, or None when there is nothing this backend can or should do."""
+        return None
+
+    def history(self, workspace_id: str) -> list[dict]:
+        """Events the backend recorded on its own (failures, recoveries), oldest first."""
+        return []
+
     def metrics(self, workspace_id: str) -> list[dict]:
         """Metrics rows (step, loss, bytes_sent …) the recipe has written so far."""
         return []

@@ -127,6 +127,30 @@ class KubernetesBackend(Backend):
                 client.CoreV1Api(self.api).create_namespaced_config_map(
                     self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
 
+    def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
+        """A pod that went Failed, or a job Volcano gave up on: submit the job again. Its
+        pods mount the same checkpoint volume, so training resumes from the newest checkpoint."""
+        job = self._job(workspace_id)
+        if job is None or state.status == Status.COMPLETED.value:
+            return None
+        phase = ((job.get("status") or {}).get("state") or {}).get("phase", "")
+        failed = [p for p in self._pods(workspace_id) if (p.get("status") or {}).get("phase") == "Failed"]
+        if not failed and JOB_PHASES.get(phase) is not Status.FAILED:
+            return None
+        if failed:
+            pod = failed[0]
+            terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+            why = terminated.get("reason") or (pod.get("status") or {}).get("reason") or "Failed"
+            code = terminated.get("exitCode")
+            cause = (f"pod {self._label(workspace_id, pod['metadata']['name'])} failed ({why}"
+                     f"{f', exit code {code}' if code is not None else ''})")
+        else:
+            cause = f"Volcano job {phase.lower()} after its own retries"
+        manifest = self._manifests(workspace_id, spec, {n: "<hidden>" for n in token_env_names(spec)})[-1]
+        self._delete_object("Job", job_name(workspace_id))
+        self._create(manifest)
+        return cause
+
     def _delete_object(self, kind: str, name: str) -> None:
         """Delete one object; one that is already gone is fine."""
         body = client.V1DeleteOptions(propagation_policy="Background")

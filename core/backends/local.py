@@ -2,8 +2,11 @@
 machine, run by a detached supervisor (see local_supervisor) in its own directory:
 
     <data dir>/workspaces/<id>/
-        launch.json  config.yaml  supervisor.pid  exit_code
+        launch.json  config.yaml  supervisor.pid  exit_code  history.jsonl
         logs/worker-N.log  logs/launcher.log   out/metrics.jsonl  out/checkpoints/
+
+DDP runs as one torchrun group; DiLoCo with several workers runs as an elastic pool
+(one process per worker) that keeps training when a worker is lost.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ import yaml
 from core import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.backends.local_supervisor import MARKER, kill_all, workspace_processes
+from core.backends.run_history import read_history
 from core.errors import BackendError, NotFound
 from core.models import Status, WorkspaceSpec
-from core.recipe_catalog import recipe_env
+from core.recipe_catalog import presets, recipe_env
+from core.recovery import RecoverySettings
 
 POLL_S = 0.2
+VANISHED = "its supervisor process vanished"
 
 
 def _cuda_available() -> bool:
@@ -48,25 +54,34 @@ class LocalBackend(Backend):
         config["out_dir"] = str(self.run_dir(workspace_id) / "out")
         return config
 
+    def _mode(self, spec: WorkspaceSpec) -> str:
+        preset = spec.config.get("gradient_compression") or spec.preset
+        algorithm = presets().get(preset, {}).get("algorithm", "ddp")
+        elastic = RecoverySettings.from_dict(spec.recovery).is_elastic(algorithm, spec.workers)
+        return "elastic" if elastic else "group"
+
     def _argv(self, spec: WorkspaceSpec, config_path: Path) -> list[str]:
-        restarts = int(spec.config.get("max_restarts", 0) or 0)
+        """The torchrun group (restarts are the supervisor's, so it can record them)."""
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nnodes", "1", "--nproc-per-node", str(spec.workers),
-                "--max-restarts", str(restarts), "--tee", "3",
+                "--max-restarts", "0", "--tee", "3",
                 "-m", "recipes.train", "--config", str(config_path)]
 
-    def _env(self, workspace_id: str, has_wandb_key: bool) -> dict[str, str]:
+    def _env(self, workspace_id: str, spec: WorkspaceSpec, has_wandb_key: bool) -> dict[str, str]:
         env = {"PYTHONUNBUFFERED": "1", MARKER: workspace_id,
                "PYTHONPATH": recipe_env()["PYTHONPATH"]}
         if not has_wandb_key:
             env["WANDB_MODE"] = "offline"
+        env.update(RecoverySettings.from_dict(spec.recovery).worker_env(spec.recovery.get("checkpoint_dir")))
         return env
 
     def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
         config_path = self.run_dir(workspace_id) / "config.yaml"
         argv = self._argv(spec, config_path)
+        if self._mode(spec) == "elastic":
+            argv = self._worker_argv(config_path)
         text = (f"# local workspace {workspace_id}: {spec.workers} workers on this machine "
-                f"({'NCCL' if _cuda_available() else 'gloo on CPU'})\n"
+                f"({'NCCL' if _cuda_available() else 'gloo on CPU'}, {self._mode(spec)})\n"
                 f"cd {shlex.quote(str(self.run_dir(workspace_id)))}\n{shlex.join(argv)}\n")
         return LaunchPlan(text, yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
 
@@ -78,10 +93,17 @@ class LocalBackend(Backend):
         config_path = run_dir / "config.yaml"
         config_path.write_text(yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
         launch = {"workspace_id": workspace_id, "argv": self._argv(spec, config_path),
-                  "env": self._env(workspace_id, "WANDB_API_KEY" in secret_refs),
+                  "worker_argv": self._worker_argv(config_path), "mode": self._mode(spec),
+                  "workers": spec.workers,
+                  "max_recoveries": RecoverySettings.from_dict(spec.recovery).max_recoveries,
+                  "standby": RecoverySettings.from_dict(spec.recovery).standby,
+                  "env": self._env(workspace_id, spec, "WANDB_API_KEY" in secret_refs),
                   "secret_refs": secret_refs, "secrets_path": str(paths.secrets_path())}
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
-        env = dict(os.environ, PYTHONPATH=launch["env"]["PYTHONPATH"])
+        self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=launch["env"]["PYTHONPATH"]))
+        return str(run_dir)
+
+    def _start_supervisor(self, run_dir: Path, env: dict[str, str]) -> None:
         env.pop("WANDB_API_KEY", None)
         env.pop("HF_TOKEN", None)
         with open(run_dir / "logs" / "supervisor.log", "ab") as log:
@@ -92,9 +114,30 @@ class LocalBackend(Backend):
         if proc.wait(timeout=30) != 0:
             raise BackendError("the local supervisor did not start",
                                f"see {run_dir / 'logs' / 'supervisor.log'}")
-        return str(run_dir)
+
+    def _worker_argv(self, config_path: Path) -> list[str]:
+        """One worker of an elastic pool (rank and store come from its environment)."""
+        return [sys.executable, "-m", "recipes.train", "--config", str(config_path)]
+
+    def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
+        """The supervisor itself vanished (killed, or the machine rebooted): start a new
+        one in the same run directory; the workers resume from the newest checkpoint.
+        (Failures of workers are the supervisor's own business.)"""
+        run_dir = self.run_dir(workspace_id)
+        if state.reason != VANISHED or not (run_dir / "launch.json").exists():
+            return None
+        kill_all(workspace_processes(workspace_id), grace=5)
+        (run_dir / "supervisor.pid").unlink(missing_ok=True)
+        launch = json.loads((run_dir / "launch.json").read_text())
+        launch["workspace_recoveries"] = int(launch.get("workspace_recoveries", 0)) + 1  # the budget is shared
+        (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
+        self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=recipe_env()["PYTHONPATH"]))
+        return "the supervisor process vanished"
 
     # observe ----------------------------------------------------------------
+    def history(self, workspace_id: str) -> list[dict]:
+        return read_history(self.run_dir(workspace_id))
+
     def _supervisor_alive(self, run_dir: Path) -> bool:
         try:
             pid = int((run_dir / "supervisor.pid").read_text())
@@ -120,7 +163,7 @@ class LocalBackend(Backend):
             return WorkspaceState((Status.RUNNING if started else Status.PENDING).value, "", workers)
         if not (run_dir / "supervisor.pid").exists() and time.time() - run_dir.stat().st_mtime < 30:
             return WorkspaceState(Status.PENDING.value, "starting", workers)
-        return WorkspaceState(Status.FAILED.value, "its supervisor process vanished", workers)
+        return WorkspaceState(Status.FAILED.value, VANISHED, workers)
 
     def _workers(self, run_dir: Path, ended: str | None = None) -> list[WorkerState]:
         logs = sorted((run_dir / "logs").glob("worker-*.log"),

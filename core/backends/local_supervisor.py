@@ -1,5 +1,9 @@
-"""Supervisor of one local workspace: runs torchrun, splits its output per worker,
-and records its own pid and torchrun's exit code in the run directory.
+"""Supervisor of one local workspace: runs the workers, splits their output per worker,
+recovers them when they fail (up to the workspace's retry budget, each recovery noted
+in history.jsonl), and records its own pid and the final exit code in the run directory.
+
+Two ways to run: a torchrun group (DDP; a failure restarts the whole group from the
+newest checkpoint), or a pool of single workers (elastic DiLoCo, core.backends.worker_pool).
 
 Started detached (its own session, re-parented to init) so that the workspace
 outlives the app or CLI that launched it, and any later process can read its state.
@@ -19,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from core.backends.run_history import RunHistory
+from core.backends.worker_pool import WorkerPool, describe_exit, pool_environment, recoveries_used
 from core.secrets import SecretStore, redact
 
 RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:(.*)$")
@@ -63,9 +69,11 @@ def kill_all(processes: list[psutil.Process], grace: float) -> None:
 class Demux:
     """Writes torchrun's `[defaultN]:line` output to logs/worker-N.log, the rest to launcher.log."""
 
-    def __init__(self, log_dir: Path, secrets: list[str]) -> None:
+    def __init__(self, log_dir: Path, history: RunHistory | None = None,
+                 secrets: list[str] | None = None) -> None:
         self.log_dir = log_dir
-        self.secrets = secrets
+        self.history = history
+        self.secrets = secrets or []
         self.files: dict[str, object] = {}
 
     def _file(self, name: str):
@@ -77,7 +85,10 @@ class Demux:
         text = redact(text, self.secrets) if self.secrets else text
         match = RANK_PREFIX.match(text)
         if match:
-            self._file(f"worker-{match.group(1)}").write(match.group(2) + "\n")
+            worker = f"worker-{match.group(1)}"
+            self._file(worker).write(match.group(2) + "\n")
+            if self.history is not None:
+                self.history.worker_line(worker, match.group(2))
         else:
             self._file("launcher").write(text + "\n")
 
@@ -98,25 +109,60 @@ def run(run_dir: Path) -> int:
             env[var] = value
             values.append(value)
     write_atomic(run_dir / "supervisor.pid", str(os.getpid()))
-    demux = Demux(run_dir / "logs", values)
-    child = subprocess.Popen(launch["argv"], cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             errors="replace")
+    history = RunHistory(run_dir)
 
     def stop(signum, _frame):
-        kill_all([psutil.Process(child.pid)] + workspace_processes(launch["workspace_id"]), 10)
+        kill_all(workspace_processes(launch["workspace_id"]), 10)
         write_atomic(run_dir / "exit_code", str(128 + signum))
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    assert child.stdout is not None
-    for raw in child.stdout:
-        demux.line(raw.rstrip("\n"))
-    code = child.wait()
-    demux.close()
+    if launch.get("mode") == "elastic":
+        code = WorkerPool(run_dir, launch, pool_environment(env), history, values).run()
+    else:
+        code = run_group(run_dir, launch, env, history, values)
     write_atomic(run_dir / "exit_code", str(code))
     return code
+
+
+def run_group(run_dir: Path, launch: dict, env: dict[str, str], history: RunHistory,
+              secrets: list[str]) -> int:
+    """torchrun until it succeeds or the retry budget is spent; each restart resumes from
+    the newest complete checkpoint (recipes.train does that on start)."""
+    budget, used = int(launch.get("max_recoveries", 0)), recoveries_used(run_dir, launch)
+    while True:
+        demux = Demux(run_dir / "logs", history, secrets)
+        child = subprocess.Popen(launch["argv"], cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 errors="replace")
+        assert child.stdout is not None
+        for raw in child.stdout:
+            demux.line(raw.rstrip("\n"))
+        code = child.wait()
+        demux.close()
+        if code == 0:
+            return 0
+        workers = sorted(history.last_step) or ["worker-0"]
+        cause = f"the torchrun group {describe_exit(code)}{_first_failure(run_dir)}"
+        if used >= budget:
+            history.add("gave_up", workers=workers, cause=cause, budget=budget)
+            return code
+        used += 1
+        history.failed(workers, cause, used, budget, "group")
+
+
+def _first_failure(run_dir: Path) -> str:
+    """torchrun names the worker that failed first and how (its error summary)."""
+    try:
+        text = (run_dir / "logs" / "launcher.log").read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    found = re.findall(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text, re.S)
+    if not found:
+        return ""
+    rank, code = found[-1]
+    return f" (worker-{rank} {describe_exit(int(code))})"
 
 
 def daemonize() -> None:

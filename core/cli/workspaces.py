@@ -156,9 +156,24 @@ def cmd_show(args) -> int:
     for worker in state.workers:
         print(f"  {worker.name}: {worker.status} {worker.detail}".rstrip())
     for event in data["history"]:
-        print(f"  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(event['at']))} {event['kind']}")
+        when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(event['at']))
+        print(f"  {when} {event['kind']}{describe_event(event)}")
     print(spec_yaml(ws.spec).rstrip())
     return 0
+
+
+def describe_event(event: dict) -> str:
+    """The details that matter for a recovery, in one line."""
+    if event["kind"] == "recovery":
+        return (f": {event['cause']} — recovering {', '.join(event['workers'])}"
+                f" ({event['scope']}, {event['attempt']} of {event['budget']})")
+    if event["kind"] == "recovered":
+        outer = f", outer step {event['outer_step']}" if event.get("outer_step") is not None else ""
+        return (f": {event['worker']} training again at step {event['step']}{outer} after"
+                f" {event['downtime_s']:.1f}s, {event['steps_lost']} steps lost")
+    if event["kind"] == "gave_up":
+        return f": {event['cause']} — retry budget of {event['budget']} spent"
+    return ""
 
 
 def cmd_logs(args) -> int:

@@ -1,0 +1,219 @@
+"""Checkpoints that outlive a node: per-rank files with a manifest written last, kept
+in a local or mounted directory and, when an HF repo is set, mirrored to the HF Hub
+as the copy of record.
+
+A rank's checkpoint of step S is `step_S/rank_R.pt` plus `step_S/rank_R.json`
+(bytes and sha256 of the .pt). The manifest is written only after the .pt is on disk,
+so a checkpoint without a manifest, or whose file does not match it, is half-written
+(a kill mid-save, a truncated copy) and is skipped with a warning, never loaded.
+
+Settings come from the environment the backend sets:
+    GEOTRAIN_CHECKPOINT_DIR        where checkpoints go (default <out_dir>/checkpoints)
+    GEOTRAIN_CHECKPOINT_HF_REPO    HF repo mirrored to (needs HF_TOKEN; HF_ENDPOINT honoured)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def checkpoint_dir(out_dir: Path) -> Path:
+    return Path(os.environ.get("GEOTRAIN_CHECKPOINT_DIR") or Path(out_dir) / "checkpoints")
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step_{step:08d}"
+
+
+def rank_files(root: Path, step: int, rank: int) -> tuple[Path, Path]:
+    folder = step_dir(root, step)
+    return folder / f"rank_{rank}.pt", folder / f"rank_{rank}.json"
+
+
+class CheckpointStore:
+    """One rank's view of its checkpoints in a directory, plus the optional hub mirror."""
+
+    def __init__(self, out_dir: Path, rank: int, keep: int = 2) -> None:
+        self.root = checkpoint_dir(out_dir)
+        self.rank, self.keep = rank, keep
+        repo = os.environ.get("GEOTRAIN_CHECKPOINT_HF_REPO")
+        self.hub = HubMirror(repo) if repo and os.environ.get("HF_TOKEN") else None
+
+    # writing ----------------------------------------------------------------
+    def save(self, step: int, state: dict) -> Path:
+        data_path, manifest_path = rank_files(self.root, step, self.rank)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = data_path.with_name(f".{data_path.name}.tmp")
+        torch.save(state, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, data_path)
+        manifest = {"step": step, "rank": self.rank, "file": data_path.name,
+                    "bytes": data_path.stat().st_size, "sha256": _sha256(data_path)}
+        _write_atomic(manifest_path, json.dumps(manifest).encode())  # last: marks it complete
+        self._prune()
+        if self.hub is not None:
+            self.hub.upload(data_path, manifest_path, f"{data_path.parent.name}")
+        return data_path
+
+    def _prune(self) -> None:
+        for step in self.steps_on_disk()[:-self.keep] if self.keep > 0 else []:
+            for path in rank_files(self.root, step, self.rank):
+                path.unlink(missing_ok=True)
+            try:  # ranks share the directory: the last one out removes it (rmdir fails if not empty)
+                step_dir(self.root, step).rmdir()
+            except OSError:
+                pass
+
+    # reading ----------------------------------------------------------------
+    def steps_on_disk(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for child in self.root.iterdir():
+            match = STEP_DIR.match(child.name)
+            if match and ((child / f"rank_{self.rank}.pt").exists()
+                          or (child / f"rank_{self.rank}.json").exists()):
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def is_complete(self, step: int) -> bool:
+        """True when the manifest exists and the file matches it; warns about what is not."""
+        data_path, manifest_path = rank_files(self.root, step, self.rank)
+        where = f"checkpoint {data_path}"
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except FileNotFoundError:
+            warn(f"{where} has no manifest (half-written): skipped")
+            return False
+        except (OSError, ValueError):
+            warn(f"{where}: its manifest is unreadable: skipped")
+            return False
+        if not data_path.exists():
+            warn(f"{where} is missing although its manifest exists: skipped")
+            return False
+        size = data_path.stat().st_size
+        if size != manifest.get("bytes") or _sha256(data_path) != manifest.get("sha256"):
+            warn(f"{where} is truncated or corrupt ({size} bytes, manifest says "
+                 f"{manifest.get('bytes')}): skipped")
+            return False
+        return True
+
+    def newest_complete(self) -> int | None:
+        """The newest complete step of this rank, on disk or (when newer) on the hub."""
+        local = next((s for s in reversed(self.steps_on_disk()) if self.is_complete(s)), None)
+        if self.hub is None:
+            return local
+        for step in reversed(self.hub.steps(self.rank)):
+            if local is not None and step <= local:
+                break
+            if self.hub.download(self.root, self.rank, step) and self.is_complete(step):
+                return step
+        return local
+
+    def complete_steps(self) -> list[int]:
+        return [s for s in self.steps_on_disk() if self.is_complete(s)]
+
+    def load(self, step: int) -> dict:
+        return torch.load(rank_files(self.root, step, self.rank)[0], map_location="cpu",
+                          weights_only=False)
+
+    def wait(self) -> None:
+        if self.hub is not None:
+            self.hub.wait()
+
+
+class HubMirror:
+    """Uploads each rank's checkpoint (file, then manifest) to an HF repo in the background,
+    and downloads newer complete ones from it on start."""
+
+    def __init__(self, repo: str) -> None:
+        from huggingface_hub import HfApi
+
+        self.repo = repo
+        self.api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None,
+                         token=os.environ.get("HF_TOKEN"))
+        self.thread: threading.Thread | None = None
+        self.ready = False
+
+    def _ensure_repo(self) -> None:
+        if not self.ready:
+            self.api.create_repo(self.repo, private=True, exist_ok=True)
+            self.ready = True
+
+    def upload(self, data_path: Path, manifest_path: Path, folder: str) -> None:
+        self.wait()
+
+        def work() -> None:
+            try:
+                self._ensure_repo()
+                for path in (data_path, manifest_path):  # manifest last, as on disk
+                    self.api.upload_file(path_or_fileobj=str(path), repo_id=self.repo,
+                                         path_in_repo=f"checkpoints/{folder}/{path.name}",
+                                         commit_message=f"checkpoint {folder} {path.name}")
+            except Exception as exc:  # the local copy still exists; training goes on
+                warn(f"upload of {data_path.name} to the HF Hub failed: {exc}")
+
+        self.thread = threading.Thread(target=work, name="hub-upload", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+    def steps(self, rank: int) -> list[int]:
+        """Steps for which the hub holds this rank's manifest (so its file was uploaded first)."""
+        try:
+            files = self.api.list_repo_files(self.repo)
+        except Exception as exc:
+            warn(f"cannot list the HF Hub repo {self.repo}: {exc}")
+            return []
+        return sorted({int(m.group(1)) for f in files
+                       if (m := re.match(rf"^checkpoints/step_(\d{{8}})/rank_{rank}\.json$", f))})
+
+    def download(self, root: Path, rank: int, step: int) -> bool:
+        """Copy one rank's checkpoint from the hub to disk, file first, manifest last."""
+        data_path, manifest_path = rank_files(root, step, rank)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            for path in (data_path, manifest_path):
+                got = self.api.hf_hub_download(self.repo, f"checkpoints/{path.parent.name}/{path.name}")
+                shutil.copyfile(got, path.with_name(f".{path.name}.tmp"))
+                os.replace(path.with_name(f".{path.name}.tmp"), path)
+            return True
+        except Exception as exc:
+            warn(f"download of step {step} from the HF Hub failed: {exc}")
+            return False

@@ -1,0 +1,347 @@
+"""Elastic DiLoCo: the outer step is taken by whichever workers are present.
+
+torch.distributed groups are fixed for life, so a dead worker would hang the others.
+Instead each worker talks to a small TCPStore (hosted outside the workers, see
+recipes.elastic_store) and, per outer step, the workers that arrive form a quorum and
+a fresh gloo group of just those members (the torchft idea, written small):
+
+- a worker heartbeats into the store; a peer whose heartbeat stops for
+  `heartbeat_timeout_s` is not waited for, an alive but late one at most `join_timeout_s`;
+- live members average their pseudo-gradients over the members present;
+- a restarted worker registers as a joiner: it receives the current global weights,
+  outer momentum, outer step and step count from a live member, then trains on;
+- when no live member exists (first start, or every worker was lost) the quorum is
+  "cold": members bring their newest complete checkpoint and the newest one wins.
+
+Settings (set by the backend): GEOTRAIN_ELASTIC_STORE=host:port, GEOTRAIN_ELASTIC_GEN,
+GEOTRAIN_ELASTIC_JOIN_TIMEOUT_S, GEOTRAIN_ELASTIC_HEARTBEAT_TIMEOUT_S, GEOTRAIN_ELASTIC_OP_TIMEOUT_S.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from recipes.distributed import Wire
+from recipes.telemetry import say
+
+STORE_ENV = "GEOTRAIN_ELASTIC_STORE"
+MAX_ATTEMPTS = 5
+
+
+def emit(kind: str, **detail) -> None:
+    """A machine-readable line the local supervisor copies into the workspace history."""
+    print("geotrain-event " + json.dumps({"kind": kind, "at": time.time(), **detail}), flush=True)
+
+
+class ElasticError(RuntimeError):
+    pass
+
+
+@dataclass
+class Member:
+    rank: int
+    role: str  # "live" (holds the current global weights) or "join"
+    checkpoint: int  # newest complete checkpoint step it holds (-1 none)
+
+
+def _parse(raw: bytes) -> list[Member]:
+    """Members in arrival order; a rank that registered twice counts once (its last entry)."""
+    members: dict[int, Member] = {}
+    for item in raw.decode().split(";"):
+        if item:
+            rank, role, ckpt = item.split(":")
+            members.pop(int(rank), None)
+            members[int(rank)] = Member(int(rank), role, int(ckpt))
+    return sorted(members.values(), key=lambda m: m.rank)
+
+
+def _encode(members: list[Member]) -> str:
+    return "".join(f"{m.rank}:{m.role}:{m.checkpoint};" for m in members)
+
+
+class ElasticWire(Wire):
+    """Wire whose collectives run on the current outer step's group of present members."""
+
+    def __init__(self, world_size: int) -> None:
+        super().__init__(world_size)
+        self.pg = None
+
+    def use(self, pg) -> None:
+        self.pg = pg
+        self.world_size = pg.size() if pg is not None else 1
+
+    def all_reduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        work = self.all_reduce_async(tensor)
+        if work is not None:
+            work.wait()
+            tensor.div_(self.world_size)
+        return tensor
+
+    def all_reduce_async(self, tensor: torch.Tensor):
+        if self.world_size == 1:
+            return None
+        n = self.world_size
+        self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
+        return self.pg.allreduce([tensor])
+
+    def all_gather(self, payload: torch.Tensor, async_op: bool = False):
+        if self.world_size == 1:
+            return (None, [payload]) if async_op else [payload]
+        self.bytes_sent += (self.world_size - 1) * payload.numel() * payload.element_size()
+        out = [torch.empty_like(payload) for _ in range(self.world_size)]
+        work = self.pg.allgather([out], [payload.contiguous()])
+        if async_op:
+            return work, out
+        work.wait()
+        return out
+
+
+class Liveness:
+    """Which ranks heartbeat: a counter that has not moved for `timeout` seconds means gone."""
+
+    def __init__(self, store, world: int, timeout: float) -> None:
+        self.store, self.world, self.timeout = store, world, timeout
+        self.seen: dict[int, tuple[int, float]] = {}
+
+    def alive(self) -> set[int]:
+        now = time.monotonic()
+        out = set()
+        for rank in range(self.world):
+            value = self.store.add(f"hb/{rank}", 0)
+            last = self.seen.get(rank)
+            if last is None or last[0] != value:
+                self.seen[rank] = (value, now)
+            if now - self.seen[rank][1] < self.timeout:
+                out.add(rank)
+        return out
+
+
+class Membership:
+    """One worker's side of the elastic outer loop (see the module docstring)."""
+
+    def __init__(self, rank: int, world: int, address: str, gen: str, *, join_timeout: float,
+                 heartbeat_timeout: float, op_timeout: float) -> None:
+        self.rank, self.world = rank, world
+        self.join_timeout, self.hb_timeout = join_timeout, heartbeat_timeout
+        self.op_timeout = timedelta(seconds=op_timeout)
+        host, port = address.rsplit(":", 1)
+        self.prefix = f"gen{gen}/"
+        self.store = self._connect(host, int(port))
+        self.liveness = Liveness(self.store, world, heartbeat_timeout)
+        self.wire = ElasticWire(world)
+        self.trainer = None
+        self._address = (host, int(port))
+        self._beating = threading.Event()
+        self._stop = threading.Event()
+        self._heart: threading.Thread | None = None
+
+    def _connect(self, host: str, port: int):
+        raw = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60),
+                            wait_for_workers=False)
+        return dist.PrefixStore(self.prefix, raw)
+
+    # heartbeat --------------------------------------------------------------
+    def _start_heartbeat(self) -> None:
+        if self._beating.is_set():
+            return
+        self._beating.set()
+        store = self._connect(*self._address)  # its own connection: the main one may block
+        interval = max(0.05, self.hb_timeout / 5)
+
+        def beat() -> None:
+            while not self._stop.is_set():
+                try:
+                    store.add(f"hb/{self.rank}", 1)
+                except Exception:
+                    pass  # the store is gone or slow; the quorum logic bounds every wait
+                self._stop.wait(interval)
+
+        self._heart = threading.Thread(target=beat, name="elastic-heartbeat", daemon=True)
+        self._heart.start()
+        atexit.register(self.close)  # a thread inside a store call at exit would abort the process
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._heart is not None:
+            self._heart.join(timeout=5)
+
+    # store helpers ------------------------------------------------------------
+    def _current(self) -> int | None:
+        return int(self.store.get("outer/current")) if self.store.check(["outer/current"]) else None
+
+    def finished(self) -> bool:
+        return self.store.check(["finished"])
+
+    def mark_finished(self) -> None:
+        self.store.set("finished", "1")
+
+    def _group(self, key: str, ranks: list[int]):
+        if len(ranks) == 1:
+            return None
+        store = dist.PrefixStore(key, self.store)
+        return dist.ProcessGroupGloo(store, ranks.index(self.rank), len(ranks), self.op_timeout)
+
+    def _quorum(self, key: str, me: Member, *, can_close: bool, wait_all: bool,
+                behind: int | None = None) -> list[Member] | None:
+        """Register under `key`, wait until the members are decided; None if left out."""
+        self.store.append(f"{key}/joined", _encode([me]))
+        self._start_heartbeat()
+        start = time.monotonic()
+        limit = self.join_timeout + 2 * self.hb_timeout + self.op_timeout.total_seconds()
+        while not self.store.check([f"{key}/members"]):
+            waited = time.monotonic() - start
+            current = self._current() if behind is not None else None
+            if current is not None and current >= behind:
+                return None  # the others finished this outer step without us
+            if can_close:
+                joined = _parse(self.store.get(f"{key}/joined"))
+                expected = set(range(self.world)) if wait_all else self.liveness.alive()
+                if not expected - {m.rank for m in joined} or waited > self.join_timeout:
+                    self.store.compare_set(f"{key}/members", "", _encode(joined))
+                    continue
+            elif waited > limit:
+                return None
+            time.sleep(0.02)
+        members = _parse(self.store.get(f"{key}/members"))
+        return members if any(m.rank == self.rank for m in members) else None
+
+    # live workers: the outer step ---------------------------------------------
+    def attach(self, trainer) -> None:
+        """Route the algorithm's outer step through the quorum (DiLoCo only)."""
+        self.trainer = trainer
+        algo = trainer.algo
+        if getattr(algo, "overlap", False):
+            say(self.rank, "elastic mode: overlap is turned off (an outer step must land before members change)")
+            algo.overlap = False
+        self._inner_sync = algo.sync
+        algo.sync = self.outer_sync
+
+    def outer_sync(self) -> None:
+        algo = self.trainer.algo
+        s = algo.outer_step + 1
+        for attempt in range(MAX_ATTEMPTS):
+            key = f"q/{s}/{attempt}"
+            members = self._quorum(key, Member(self.rank, "live", -1), can_close=True,
+                                   wait_all=False, behind=s)
+            if members is None:
+                say(self.rank, f"outer step {s} went ahead without this worker: rejoining")
+                if not self.join(reason="late for an outer step"):
+                    raise ElasticError("the run finished while this worker was rejoining")
+                return
+            live = [m.rank for m in members if m.role == "live"]
+            try:
+                self.wire.use(self._group(f"{key}/live/", live))
+                self._inner_sync()
+            except RuntimeError as exc:
+                say(self.rank, f"outer step {s} with {live} failed ({str(exc)[:120]}); retrying")
+                continue
+            finally:
+                self.wire.use(None)
+            if len(live) < self.world:
+                say(self.rank, f"outer step {s} averaged over {len(live)} of {self.world} workers {live}")
+            if len(members) > len(live):
+                self._send_state(f"{key}/all/", members, live[0])
+            if self.rank == live[0]:
+                self.store.set("outer/current", str(s))
+            return
+        raise ElasticError(f"outer step {s} failed {MAX_ATTEMPTS} times")
+
+    # joiners: fetch the global state ------------------------------------------
+    def join(self, reason: str = "start") -> bool:
+        """Become a live member: warm (from a live peer) or cold (newest checkpoint wins).
+        False when the others have already finished the run."""
+        trainer = self.trainer
+        started = time.time()
+        held = trainer.step if trainer.resumed_from is not None else -1
+        deadline = time.monotonic() + 10 * (self.join_timeout + self.hb_timeout) + 60
+        attempt = 0
+        while time.monotonic() < deadline:
+            if self.finished():
+                return False
+            current = self._current()
+            me = Member(self.rank, "join", held)
+            if current is None:
+                members = self._quorum(f"q/cold/{attempt}", me, can_close=True, wait_all=True)
+            else:
+                members = self._quorum(f"q/{current + 1}/0", me, can_close=False, wait_all=False)
+            attempt += 1
+            if members is None:
+                continue
+            live = [m.rank for m in members if m.role == "live"]
+            if live:
+                source = live[0]
+            else:
+                source = max(members, key=lambda m: (m.checkpoint, -m.rank)).rank
+            key = f"q/cold/{attempt - 1}/all/" if current is None else f"q/{current + 1}/0/all/"
+            try:
+                self._receive_state(key, members, source)
+            except RuntimeError as exc:
+                say(self.rank, f"state transfer failed ({str(exc)[:120]}); trying again")
+                continue
+            if self.rank == source and not live:
+                self.store.set("outer/current", str(trainer.algo.outer_step))
+            emit("rejoined" if current is not None else "joined", rank=self.rank, reason=reason,
+                 step=trainer.step, outer_step=trainer.algo.outer_step, source=source,
+                 members=[m.rank for m in members], seconds=round(time.time() - started, 3))
+            return True
+        raise ElasticError("could not join the other workers in time")
+
+    # state transfer -------------------------------------------------------------
+    def _state_tensors(self) -> list[torch.Tensor]:
+        algo = self.trainer.algo
+        header = torch.tensor([algo.outer_step, self.trainer.step], dtype=torch.int64)
+        return [header, algo.global_flat, algo.momentum]
+
+    def _send_state(self, key: str, members: list[Member], source: int) -> None:
+        try:
+            self._broadcast(key, members, source)
+        except RuntimeError as exc:
+            say(self.rank, f"sending the global state to joiners failed: {str(exc)[:120]}")
+
+    def _receive_state(self, key: str, members: list[Member], source: int) -> None:
+        self._broadcast(key, members, source)
+        algo = self.trainer.algo
+        algo.anchor = algo.global_flat.clone()
+        algo._write_params(algo.global_flat)
+        set_step(self.trainer, self.trainer.step)
+
+    def _broadcast(self, key: str, members: list[Member], source: int) -> None:
+        ranks = [m.rank for m in members]
+        pg = self._group(key, ranks)
+        tensors = self._state_tensors()
+        if pg is not None:
+            for tensor in tensors:
+                pg.broadcast(tensor, ranks.index(source)).wait()
+        algo = self.trainer.algo
+        algo.outer_step, self.trainer.step = int(tensors[0][0]), int(tensors[0][1])
+
+
+def set_step(trainer, step: int) -> None:
+    """Move the step counter and the learning-rate schedule to `step`."""
+    trainer.step = step
+    sched = trainer.scheduler
+    sched.last_epoch = step
+    lrs = [base * fn(step) for base, fn in zip(sched.base_lrs, sched.lr_lambdas)]
+    for group, lr in zip(trainer.optimizer.param_groups, lrs):
+        group["lr"] = lr
+    sched._last_lr = lrs
+
+
+def from_env(rank: int, world: int, algorithm: str) -> Membership | None:
+    """The membership for this worker when the backend asked for elastic DiLoCo."""
+    address = os.environ.get(STORE_ENV)
+    if not address or algorithm == "ddp":
+        return None
+    get = lambda name, default: float(os.environ.get(f"GEOTRAIN_ELASTIC_{name}", default))  # noqa: E731
+    return Membership(rank, world, address, os.environ.get("GEOTRAIN_ELASTIC_GEN", "0"),
+                      join_timeout=get("JOIN_TIMEOUT_S", 60), heartbeat_timeout=get("HEARTBEAT_TIMEOUT_S", 5),
+                      op_timeout=get("OP_TIMEOUT_S", 30))
