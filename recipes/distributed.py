@@ -56,10 +56,30 @@ def setup(cfg: DistConfig, device_choice: str = "auto") -> Runtime:
     distributed = world_size > 1 and not os.environ.get("GEOTRAIN_ELASTIC_STORE")
     if distributed and not dist.is_initialized():
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=cfg.timeout_s),
-                                device_id=device if use_cuda else None)
+        timeout = timedelta(seconds=cfg.timeout_s)
+        dist.init_process_group(backend=backend, timeout=timeout, device_id=device if use_cuda else None,
+                                **_store_args(attempt_store(world_size, timeout), rank, world_size))
     return Runtime(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
                    distributed=distributed)
+
+
+def attempt_store(world_size: int, timeout: timedelta) -> dist.Store | None:
+    """torchrun's agent store, with keys of this restart attempt only.
+
+    After `--max-restarts` brings a group back, the agent store still holds the dead
+    workers' gloo addresses; a restarted rank that reads one connects to a closed port
+    and the whole attempt fails (seen with torch 2.13). A prefix per attempt avoids it.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None  # plain env:// rendezvous (one process, static launch): torch's default
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                           is_master=False, timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"/geotrain/attempt_{attempt}", client)
+
+
+def _store_args(store: dist.Store | None, rank: int, world_size: int) -> dict:
+    return {"store": store, "rank": rank, "world_size": world_size} if store is not None else {}
 
 
 def teardown() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import subprocess
+import threading
 import time
 
 import psutil
@@ -50,10 +52,23 @@ def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt)
 
 
 def _kill_rank_when(proc: subprocess.Popen, marker: str, rank: int, timeout: float) -> list[str]:
-    """Read torchrun's output; when `marker` shows up, SIGKILL the worker with that rank."""
-    lines, killed, deadline = [], False, time.time() + timeout
-    for line in proc.stdout:
-        lines.append(line)
+    """Read torchrun's output; when `marker` shows up, SIGKILL the worker with that rank.
+
+    The output is read on a thread so that a silent hang still ends at the deadline.
+    """
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] and None,
+                     daemon=True).start()
+    seen, killed, deadline = [], False, time.time() + timeout
+    while proc.poll() is None or not lines.empty():
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            if time.time() > deadline:
+                proc.kill()
+                break
+            continue
+        seen.append(line)
         if not killed and marker in line:
             for child in psutil.Process(proc.pid).children(recursive=True):
                 try:
@@ -62,12 +77,10 @@ def _kill_rank_when(proc: subprocess.Popen, marker: str, rank: int, timeout: flo
                         killed = True
                 except psutil.Error:
                     continue
-        if time.time() > deadline:
-            proc.kill()
-            break
     proc.wait(timeout=60)
     assert killed, "never saw " + marker
-    return lines
+    assert time.time() <= deadline, "the run did not finish in time:\n" + "".join(seen[-40:])
+    return seen
 
 
 @pytest.mark.slow
