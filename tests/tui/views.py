@@ -67,6 +67,7 @@ async def config_editor_error(pilot) -> None:
     editor.text = editor.text.replace("  lr: 0.003", "  lr: very-fast", 1)
     await pilot.press("ctrl+s")
     await until(pilot, lambda: bool(pilot.app.screen.problems), 30)
+    await settled(pilot, lambda: (editor.scroll_offset, editor.cursor_location, editor.has_focus))
 
 
 async def nodes(pilot) -> None:
@@ -156,6 +157,17 @@ VIEWS = {
     "error": error_modal,
 }
 SIZE = (120, 36)
+
+
+async def settled(pilot, state, rounds: int = 40) -> None:
+    """Until `state()` stops changing between frames (the editor scrolls to the error)."""
+    previous = None
+    for _ in range(rounds):
+        await pilot.pause(0.05)
+        current = state()
+        if current == previous:
+            return
+        previous = current
 
 
 def steady(view):

@@ -119,7 +119,7 @@ def test_matrix_files_yaml_json_and_errors(tmp_path):
         bad.write_text(text)
         with pytest.raises(InvalidInput, match=message):
             links_from_file(bad)
-    with pytest.raises(NotFound):
+    with pytest.raises(InvalidInput, match="cannot read matrix file"):
         links_from_file(tmp_path / "missing.yaml")
 
 
