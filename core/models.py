@@ -83,10 +83,6 @@ class WorkspaceSpec:
     def from_dict(cls, data: Any) -> "WorkspaceSpec":
         return cls(**validate_spec_fields(data))
 
-    @classmethod
-    def from_yaml(cls, text: str, source: str = "spec") -> "WorkspaceSpec":
-        return cls.from_dict(parse_yaml(text, source))
-
 
 @dataclass
 class Workspace:

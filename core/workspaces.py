@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import yaml
 
 from core import recipe_catalog
 from core.backends import backend_for
@@ -232,9 +231,12 @@ class WorkspaceService:
         self._forget(workspace_id)
 
 
+def check_token(name: str, value: str) -> None:
+    """A pasted token has no spaces; one that has was pasted wrong (CLI and app alike)."""
+    if not value.strip() or any(c.isspace() for c in value):
+        raise InvalidInput(f"the {name} token is empty or contains whitespace",
+                           "paste the token exactly as shown by the provider")
+
+
 def read_config_file(path: str) -> str:
     return read_user_file(path, "--config", "pass the path of a YAML file")
-
-
-def spec_yaml(spec: WorkspaceSpec) -> str:
-    return yaml.safe_dump(spec.to_dict(), sort_keys=False)

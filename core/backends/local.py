@@ -27,7 +27,7 @@ import yaml
 from core import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.backends.local_supervisor import MARKER, kill_all, workspace_processes
-from core.backends.run_history import read_history
+from core.backends.run_history import read_history, read_jsonl
 from core.errors import BackendError, NotFound
 from core.models import Status, WorkspaceSpec
 from core.recipe_catalog import presets, recipe_env
@@ -219,17 +219,7 @@ class LocalBackend(Backend):
                 yield worker, line
 
     def metrics(self, workspace_id: str) -> list[dict]:
-        path = self.run_dir(workspace_id) / "out" / "metrics.jsonl"
-        rows = []
-        try:
-            for line in path.read_text().splitlines():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line being written right now
-        except FileNotFoundError:
-            pass
-        return rows
+        return read_jsonl(self.run_dir(workspace_id) / "out" / "metrics.jsonl")
 
     # delete -----------------------------------------------------------------
     def delete(self, workspace_id: str) -> None:

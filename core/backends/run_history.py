@@ -22,9 +22,14 @@ HISTORY_FILE = "history.jsonl"
 
 
 def read_history(run_dir: Path) -> list[dict]:
+    return read_jsonl(run_dir / HISTORY_FILE)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The complete lines of a JSONL file another process may be appending to."""
     rows = []
     try:
-        for line in (run_dir / HISTORY_FILE).read_text().splitlines():
+        for line in path.read_text().splitlines():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:

@@ -13,7 +13,7 @@ import time
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
 from core.models import TEMPLATES
-from core.workspaces import DeployRequest, WorkspaceService, read_config_file, spec_yaml
+from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
 
 
 def register(groups) -> None:
@@ -64,9 +64,8 @@ def _tokens(args) -> dict[str, str | None]:
             if not tokens[name]:
                 tokens[name] = getpass.getpass(f"{label} (empty to skip): ").strip() or None
     for name, value in tokens.items():
-        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
-            raise InvalidInput(f"the {name} token is empty or contains whitespace",
-                               "paste the token exactly as shown by the provider")
+        if value is not None:
+            check_token(name, value)
     return tokens
 
 
@@ -94,7 +93,7 @@ def cmd_deploy(args) -> int:
         req.config_source = args.config
     spec = service.build_spec(req)
     if args.edit:
-        edited = _edit(spec_yaml(spec))
+        edited = _edit(spec.to_yaml())
         spec = service.build_spec(DeployRequest(cluster=args.cluster, config_text=edited,
                                                 config_source="the edited spec"))
     tokens = _tokens(args)
@@ -158,7 +157,7 @@ def cmd_show(args) -> int:
     for event in data["history"]:
         when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(event['at']))
         print(f"  {when} {event['kind']}{describe_event(event)}")
-    print(spec_yaml(ws.spec).rstrip())
+    print(ws.spec.to_yaml().rstrip())
     return 0
 
 

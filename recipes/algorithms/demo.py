@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from recipes.algorithms.exchange import Pending
+from recipes.algorithms.exchange import Pending, gather
 from recipes.compression import BlockCodec
 from recipes.distributed import Wire
 
@@ -102,10 +102,7 @@ class DemoExchange:
         return self.reissue(payload, async_op)
 
     def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
-        if async_op:
-            work, gathered = self.wire.all_gather(payload, async_op=True)
-            return Pending(sent=payload, work=work, gathered=gathered)
-        return Pending(sent=payload, gathered=self.wire.all_gather(payload))
+        return gather(self.wire, payload, async_op)
 
     def finish(self, pending: Pending) -> torch.Tensor:
         if pending.work is not None:

@@ -25,6 +25,14 @@ class Pending:
     gathered: list | None = None
 
 
+def gather(wire, payload: torch.Tensor, async_op: bool = False) -> Pending:
+    """All-gather a compressed payload, now or in the background (overlap)."""
+    if async_op:
+        work, gathered = wire.all_gather(payload, async_op=True)
+        return Pending(sent=payload, work=work, gathered=gathered)
+    return Pending(sent=payload, gathered=wire.all_gather(payload))
+
+
 class FullPrecisionExchange:
     """fp32 or bf16 all-reduce: values sum on the wire, no scales needed."""
 
@@ -72,10 +80,7 @@ class QuantizedExchange:
         return self.reissue(payload, async_op)
 
     def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
-        if async_op:
-            work, gathered = self.wire.all_gather(payload, async_op=True)
-            return Pending(sent=payload, work=work, gathered=gathered)
-        return Pending(sent=payload, gathered=self.wire.all_gather(payload))
+        return gather(self.wire, payload, async_op)
 
     def finish(self, pending: Pending) -> torch.Tensor:
         if pending.work is not None:

@@ -15,7 +15,7 @@ from core.clusters import list_clusters
 from core.errors import GeotrainError, InvalidInput
 from core.models import TEMPLATES
 from core.wan_plan import plan_for_cluster
-from core.workspaces import DEFAULTS, DeployRequest
+from core.workspaces import DEFAULTS, DeployRequest, check_token
 from tui.messages import DeployChoices, DetailedConfig, FormProblem, PlanAdvice, WorkspaceDeployed
 from tui.screens.base import GeotrainScreen
 
@@ -153,9 +153,8 @@ class DeployScreen(GeotrainScreen):
         tokens = {}
         for name in ("wandb", "hf"):
             value = self.query_one(f"#{name}", Input).value
-            if value and (not value.strip() or any(c.isspace() for c in value)):
-                raise InvalidInput(f"the {name} token contains spaces",
-                                   "paste the token exactly as shown by the provider")
+            if value:
+                check_token(name, value)
             tokens[name] = value or None
         return tokens
 
