@@ -311,7 +311,13 @@ class Connection:
         try:
             chan.exec_command(command)
             if stdin is not None:
-                chan.sendall(stdin.encode())
+                try:
+                    chan.sendall(stdin.encode())
+                except OSError:
+                    if not chan.closed:
+                        raise
+                    # the command ended without reading its input (a ForceCommand, say);
+                    # what it printed is still buffered, so read on
             chan.shutdown_write()
             out, err = io.BytesIO(), io.BytesIO()
             deadline = time.monotonic() + timeout

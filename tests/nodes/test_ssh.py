@@ -44,6 +44,15 @@ def test_run_put_timeout_and_reconnect_after_a_drop(make_test_hosts, known):
         assert conn.run("echo back").stdout == "back\n"
 
 
+def test_a_command_that_ignores_its_stdin_still_returns_its_output(make_test_hosts, known):
+    # a server whose ForceCommand prints and exits closes the channel while stdin is still
+    # being sent; 4 MB overruns the channel window, so the send always meets the closed channel
+    (host,) = make_test_hosts(1)
+    with connect(host, known) as conn:
+        result = conn.run("echo done", stdin="x" * (4 << 20))
+        assert (result.exit_code, result.stdout) == (0, "done\n")
+
+
 def test_host_key_is_pinned_on_first_contact_and_a_changed_key_refused(make_test_hosts, known):
     (host,) = make_test_hosts(1)
     with pytest.raises(HostKeyError, match="not trusted yet") as err:
