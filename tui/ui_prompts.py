@@ -9,6 +9,7 @@ from textual.app import App
 from textual.screen import ModalScreen
 
 from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.passphrase import PassphraseScreen
 
 
 def ask_from_thread(app: App, screen: ModalScreen):
@@ -33,3 +34,10 @@ def host_key_confirmer(app: App):
             f"The authenticity of {label} can't be established.\n{key_type} key fingerprint is"
             f" {fingerprint}.\nTrusting pins it in geotrain's known_hosts.", "y  trust")))
     return confirm
+
+
+def passphrase_asker(app: App):
+    """A core.ssh.AskPassphrase that asks the person in the app (None when they cancel)."""
+    def ask(key_path: str) -> str | None:
+        return ask_from_thread(app, PassphraseScreen(key_path))
+    return ask

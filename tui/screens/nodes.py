@@ -13,15 +13,16 @@ from core.node_pool import NodePool, Prompts
 from tui import formatting
 from tui.messages import NodesLoaded
 from tui.screens.table_screen import TableScreen
-from tui.ui_prompts import host_key_confirmer
+from tui.ui_prompts import host_key_confirmer, passphrase_asker
 from tui.widgets.confirm import ConfirmScreen
 
 COLUMNS = ("name", "datacenter", "status", "GPUs", "CPU", "memory", "disk", "blockers")
 
 
 def node_pool(app) -> NodePool:
-    """The app's node pool: same state store, host keys confirmed in a modal."""
-    return NodePool(app.service.store, Prompts(confirm_host_key=host_key_confirmer(app)))
+    """The app's node pool: same state store, host keys confirmed and key passphrases asked in modals."""
+    return NodePool(app.service.store, Prompts(confirm_host_key=host_key_confirmer(app),
+                                               ask_passphrase=passphrase_asker(app)))
 
 
 def gpus(facts: dict) -> str:
