@@ -61,7 +61,13 @@ def test_process_killed_mid_write_leaves_a_valid_database(geotrain_home):
     ctx = multiprocessing.get_context("spawn")
     proc = ctx.Process(target=_writer, args=(str(geotrain_home), "k", 100000))
     proc.start()
-    time.sleep(1.5)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.is_alive():  # kill it once it is writing
+        with Store().read() as conn:
+            if conn.execute("SELECT COUNT(*) FROM workspaces").fetchone()[0] > 10:
+                break
+        time.sleep(0.05)
+    time.sleep(0.2)
     proc.kill()
     proc.join()
     conn = sqlite3.connect(geotrain_home / "state.sqlite3")

@@ -22,10 +22,18 @@ def test_a_hanging_item_times_out_alone():
     release.set()
     assert results[0] == "A" and results[3] == "B"
     assert isinstance(results[1], Timeout) and isinstance(results[2], ValueError)
-    assert elapsed < 2
+    assert elapsed < 10  # the 0.5 s timeout was honoured, not the 30 s hang
 
 
 def test_items_run_at_once_not_one_after_another():
-    start = time.monotonic()
-    assert run_each(list(range(8)), lambda i: time.sleep(0.3) or i, timeout=5) == list(range(8))
-    assert time.monotonic() - start < 8 * 0.3 / 2
+    started, finished = {}, {}
+
+    def work(i):
+        started[i] = time.monotonic()
+        time.sleep(0.3)
+        finished[i] = time.monotonic()
+        return i
+
+    assert run_each(list(range(8)), work, timeout=30) == list(range(8))
+    # every item had started before the first one finished: they ran side by side
+    assert max(started.values()) < min(finished.values())
