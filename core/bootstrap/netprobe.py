@@ -13,6 +13,7 @@ import socket
 import statistics
 import struct
 import sys
+import threading
 import time
 
 PID_FILE = "/run/geotrain/netprobe-sink.pid"
@@ -52,17 +53,30 @@ def icmp_echo(ip, seq, wait):
 
 
 def ping(ips, timeout):
-    """Ping each address until it answers or the deadline passes; exit 1 if any failed."""
+    """Ping every address at once, each until it answers or the deadline passes; exit 1 if
+    any failed. At once: a first packet starts a WireGuard handshake (a round trip or more),
+    and one slow or lost peer must not hold up the answers of the others."""
     deadline = time.monotonic() + timeout
-    failed = False
-    for ip in ips:
+    rtts = {}
+
+    def one(ip):
         rtt, seq = None, 0
         while rtt is None and time.monotonic() < deadline:
             seq += 1
-            rtt = icmp_echo(ip, seq, min(1.0, max(0.05, deadline - time.monotonic())))
-        print(f"ok {ip} {rtt:.3f}" if rtt is not None else f"fail {ip}", flush=True)
-        failed = failed or rtt is None
-    return 1 if failed else 0
+            try:
+                rtt = icmp_echo(ip, seq, min(1.0, max(0.05, deadline - time.monotonic())))
+            except OSError:  # no route yet (an interface coming up): ask again shortly
+                time.sleep(0.2)
+        rtts[ip] = rtt
+
+    threads = [threading.Thread(target=one, args=(ip,), daemon=True) for ip in ips]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for ip in ips:
+        print(f"ok {ip} {rtts[ip]:.3f}" if rtts.get(ip) is not None else f"fail {ip}", flush=True)
+    return 1 if any(rtts.get(ip) is None for ip in ips) else 0
 
 
 def sink(ip, port, idle):
