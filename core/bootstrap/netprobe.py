@@ -9,6 +9,7 @@ Nodes may lack ping and iperf3; python3 is on every Debian/Ubuntu server.
 
 import json
 import os
+import random
 import socket
 import statistics
 import struct
@@ -60,6 +61,9 @@ def ping(ips, timeout):
     rtts = {}
 
     def one(ip):
+        # a first packet starts a handshake; two nodes checking each other at the same instant
+        # start crossing handshakes that can keep cancelling out, so each waits a random bit
+        time.sleep(random.uniform(0, 0.5))
         rtt, seq = None, 0
         while rtt is None and time.monotonic() < deadline:
             seq += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core import facts
-from core.facts import cpu, disk, docker, gpus, k3s, public_ip, sudo, system, udp_port
+from core.facts import containerd, cpu, disk, docker, gpus, k3s, public_ip, sudo, system, udp_port
 from core.node_status import status_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -100,6 +100,17 @@ def test_recorded_test_host_is_available():
 def test_non_linux_uname():
     found = facts.parse_all(fixture("host_darwin.txt"))
     assert found["system"]["system"] == "Darwin" and found["system"]["arch"] == "arm64"
+
+
+def test_containerd_version_from_the_package_or_the_binary():
+    # a packaged /usr/bin/containerd: the dpkg version, upstream part only (no binary started)
+    assert containerd.parse("bin /usr/bin/containerd\npackage 1.7.24~ds1-1ubuntu1\nrunning") == \
+        {"installed": True, "version": "1.7.24~ds1", "running": True}
+    assert containerd.parse("bin /usr/bin/containerd\npackage 1:1.6.31-1")["version"] == "1.6.31"
+    # elsewhere (a release tarball in /usr/local/bin): what the binary says
+    assert containerd.parse("bin /usr/local/bin/containerd\n"
+                            "containerd github.com/containerd/containerd v1.7.2 abc")["version"] == "1.7.2"
+    assert containerd.parse("") == {"installed": False, "version": None, "running": False}
 
 
 def test_small_parsers_on_empty_or_odd_output():
