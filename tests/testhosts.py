@@ -203,6 +203,12 @@ def _remove(prefix: str) -> None:
         _kill_netns_processes(netns)
         _ip("netns", "del", netns, check=False)
     _ip("link", "del", f"{prefix}br", check=False)
+    # a deleted namespace the kernel still keeps alive (a socket of it not yet freed) keeps
+    # its veth peer here too: the next run's veth of the same name would then "exist"
+    for line in _ip("-o", "link", "show").stdout.splitlines():
+        link = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
+        if link.startswith(prefix) and link.endswith("v") and link[len(prefix):-1].isdigit():
+            _ip("link", "del", link, check=False)
     shutil.rmtree(BASE_DIR / prefix, ignore_errors=True)
 
 
