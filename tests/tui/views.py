@@ -83,6 +83,15 @@ async def node_import(pilot) -> None:
     await on_screen(pilot, NodeImportScreen)
 
 
+async def passphrase(pilot) -> None:
+    from tui.widgets.passphrase import PassphraseScreen
+
+    await node_import(pilot)
+    pilot.app.push_screen(PassphraseScreen("~/.ssh/id_ed25519"))
+    await on_screen(pilot, PassphraseScreen)
+    await pilot.press(*"hunter2")  # shown as dots
+
+
 async def help_keys(pilot) -> None:
     await workspaces(pilot)
     await pilot.press("question_mark")
@@ -150,6 +159,7 @@ VIEWS = {
     "config-editor-error": config_editor_error,
     "nodes": nodes,
     "node-import": node_import,
+    "passphrase": passphrase,
     "wizard-pick": wizard_pick,
     "wizard-progress": wizard_progress,
     "wizard-done": wizard_done,
