@@ -106,16 +106,19 @@ def smoothed(records: list[dict]) -> list[tuple[int, float, float]]:
     return out
 
 
-def first_reach(raw: dict, target: float) -> tuple[int, float] | None:
-    """(step, seconds into the loop) where the smoothed training loss first got to `target`."""
+def first_reach(raw: dict, target: float, curve: list[tuple[int, float, float]] | None = None
+                ) -> tuple[int, float] | None:
+    """(step, seconds into the loop) where the smoothed training loss (`curve`, if already
+    computed) first got to `target`."""
     start = raw["stats"][0]["loop_start"]
-    return next(((step, t - start) for step, t, loss in smoothed(raw["records"]) if loss <= target), None)
+    curve = smoothed(raw["records"]) if curve is None else curve
+    return next(((step, t - start) for step, t, loss in curve if loss <= target), None)
 
 
 def summarize(raw: dict, target: float | None) -> dict:
     stats = raw["stats"]
     curve = smoothed(raw["records"])
-    hit = first_reach(raw, target) if target is not None else None
+    hit = first_reach(raw, target, curve) if target is not None else None
     reached = None if hit is None else hit[1]
     steps = raw["records"][-1]["step"]
     wall = max(s["loop_s"] for s in stats)
@@ -183,16 +186,16 @@ def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenter
         for name in methods:
             print(f"running {name} ...", flush=True)
             raws[name] = run_method(wan, name, size, steps, Path(tmp), timeout)
-        target = smoothed(raws["ddp"]["records"])[-1][2]
+        ddp_curve = smoothed(raws["ddp"]["records"])
+        target = ddp_curve[-1][2]
         summaries = {name: summarize(raw, target) for name, raw in raws.items()}
         for name, summary in summaries.items():
             if summary["time_to_ddp_loss_s"] is None and not name.startswith("ddp"):
                 summary.update(reach(wan, name, size, steps, target, Path(tmp), timeout, reach_factors) or {})
-    ddp_start, ddp_curve = raws["ddp"]["stats"][0]["loop_start"], smoothed(raws["ddp"]["records"])
     for summary in summaries.values():
         # the equal-quality view: how long DDP took to get as low as this method ended
-        summary["ddp_time_to_this_loss_s"] = next(
-            (round(t - ddp_start, 3) for _, t, loss in ddp_curve if loss <= summary["final_loss"]), None)
+        hit = first_reach(raws["ddp"], summary["final_loss"], ddp_curve)
+        summary["ddp_time_to_this_loss_s"] = None if hit is None else round(hit[1], 3)
     first = summaries["ddp"]
     return {"link_mbit": mbit, "datacenters": datacenters, "steps": steps, "params": first["params"],
             "model": f"gpt-neo/{size}", "target_loss": round(target, 4), "latency_ms": rtt_ms,
