@@ -1,3 +1,26 @@
-"""geotrain core: domain, state, SSH, bootstrap, backends. Never imports textual."""
+"""geotrain core: everything but the screens. Never imports textual, tui or recipes.
 
-__version__ = "0.1.0"
+    errors.py       errors a person can cause: what was wrong and what to do
+    workspaces.py   the workspace service the CLI and the app call
+    schema/         reading what a person wrote: one loader with limits
+    domain/         nodes, clusters, workspaces, specs; the recipe catalog as data
+    state/          SQLite store and its records, secret store, data dir
+    nodes/          the node pool over SSH: ssh, host keys, facts, status, import files
+    bootstrap/      the cluster wizard: containerd, WireGuard, k3s, Volcano, teardown
+    kubernetes/     API client, Volcano manifests, names, admission rules, pod logs
+    backends/       where workspaces run: local processes or a Kubernetes cluster
+    planner/        the WAN planner: which preset keeps the GPUs busy on a network
+    cli/            the headless commands
+
+tests/test_import_contract.py checks who may import whom.
+"""
+
+from importlib import metadata
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml is the one place it is written)."""
+    try:
+        return metadata.version("geotrain")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "0+unknown"

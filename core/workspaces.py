@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 
-from core import recipe_catalog
+from core.domain import recipe_catalog
 from core.backends import backend_for
 from core.backends.base import Backend, LaunchPlan, WorkspaceState
-from core.clusters import get_cluster
+from core.state.cluster_records import get_cluster
 from core.errors import FieldError, InvalidInput, NotFound
-from core.files import read_user_file
-from core.models import Status, Workspace, WorkspaceSpec, parse_yaml
-from core.recovery import RecoverySettings
-from core.secrets import TOKEN_ENV, SecretStore
-from core.store import Store
+from core.schema.user_files import read_user_file
+from core.domain.records import Status, Workspace, WorkspaceSpec, parse_yaml
+from core.domain.recovery import RecoverySettings
+from core.state.secret_store import TOKEN_ENV, SecretStore
+from core.state.store import Store
 
 DEFAULTS = {"model": "gpt-neo", "size": "tiny", "preset": "medium", "workers": 2, "steps": 200}
 

@@ -9,22 +9,28 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
-from core import paths
+from core.nodes.pool import NodePool, Prompts
 from core.workspaces import WorkspaceService
 from tui.cluster_builder import ClusterBuilder
 from tui.commands import JumpCommands
-from tui.palettes import DEFAULT_THEME, load_themes
+from tui.palettes import DEFAULT_THEME, THEMES_DIR, load_themes
+from tui.modals.error import ErrorScreen
+from tui.modals.help import HelpScreen, key_label
+from tui.modals.node_log import NodeLogScreen
+from tui.modals.prompts import host_key_confirmer, passphrase_asker
 from tui.screens.cluster_wizard import ClusterWizardScreen
-from tui.screens.help import HelpScreen, key_label
+from tui.screens.config_editor import ConfigEditorScreen
+from tui.screens.node_import import NodeImportScreen
 from tui.screens.nodes import NodesScreen
+from tui.screens.workspace_deploy import DeployScreen
+from tui.screens.workspace_detail import WorkspaceDetailScreen
 from tui.screens.workspaces import WorkspacesScreen
-from tui.widgets.error_modal import ErrorScreen
 
 THEME_SETTING = "tui.theme"
 
 
 class GeotrainApp(App):
-    CSS_PATH = str(paths.themes_dir() / "base.tcss")
+    CSS_PATH = str(THEMES_DIR / "base.tcss")
     TITLE = "geotrain"
     MODES = {"workspaces": WorkspacesScreen, "nodes": NodesScreen, "wizard": ClusterWizardScreen}
     DEFAULT_MODE = "workspaces"
@@ -45,6 +51,8 @@ class GeotrainApp(App):
         super().__init__()
         self.service = service or WorkspaceService()
         self.cluster_builder = cluster_builder or ClusterBuilder(self.service.store)
+        self.node_pool = NodePool(self.service.store, Prompts(confirm_host_key=host_key_confirmer(self),
+                                                               ask_passphrase=passphrase_asker(self)))
         self.clock = clock
         self.poll_seconds = poll_seconds
         self.log_max_lines = log_max_lines
@@ -63,17 +71,27 @@ class GeotrainApp(App):
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names \
             else DEFAULT_THEME
 
-    def open_workspace(self, workspace_id: str) -> None:
-        from tui.screens.workspace_detail import WorkspaceDetailScreen
-
+    # navigation: screens ask the app, so that no screen imports another ----
+    def open_workspace(self, workspace_id: str, replace: bool = False) -> None:
+        """Show one workspace; `replace` swaps it for the current screen (the deploy form)."""
+        if replace:
+            self.switch_screen(WorkspaceDetailScreen(workspace_id))
+            return
         self.switch_mode("workspaces")
         self.push_screen(WorkspaceDetailScreen(workspace_id))
 
     def action_deploy_form(self) -> None:
-        from tui.screens.workspace_deploy import DeployScreen
-
         self.switch_mode("workspaces")
         self.push_screen(DeployScreen())
+
+    def open_config_editor(self, text: str, done: Callable[[str | None], None]) -> None:
+        self.push_screen(ConfigEditorScreen(text), done)
+
+    def open_node_import(self, done: Callable[[object], None]) -> None:
+        self.push_screen(NodeImportScreen(), done)
+
+    def open_node_log(self, node: str, path) -> None:
+        self.push_screen(NodeLogScreen(node, path))
 
     def action_deploy_default(self) -> None:
         self.switch_mode("workspaces")

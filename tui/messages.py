@@ -7,9 +7,14 @@ thread) updates the screen. High-rate messages merge duplicates with `can_replac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from textual.message import Message
+
+from core.backends.base import WorkspaceState
+from core.domain.config_check import ConfigProblem
+from core.domain.records import Node, Workspace
+from core.bootstrap.progress import ProgressEvent
+from tui.cluster_builder import BuildOutcome
 
 
 @dataclass
@@ -22,9 +27,9 @@ class LogBatch(Message):
 
 @dataclass
 class WorkspacesLoaded(Message):
-    """A fresh list of workspaces (core.models.Workspace) from a status poll."""
+    """A fresh list of workspaces from a status poll."""
 
-    workspaces: list[Any]
+    workspaces: list[Workspace]
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, WorkspacesLoaded)
@@ -32,10 +37,10 @@ class WorkspacesLoaded(Message):
 
 @dataclass
 class WorkspaceStatus(Message):
-    """One poll of a workspace: its state (WorkspaceState) and metrics rows so far."""
+    """One poll of a workspace: its state and metrics rows so far."""
 
-    workspace: Any
-    state: Any
+    workspace: Workspace
+    state: WorkspaceState
     metrics: list[dict] = field(default_factory=list)
 
     def can_replace(self, message: Message) -> bool:
@@ -44,7 +49,7 @@ class WorkspaceStatus(Message):
 
 @dataclass
 class WorkspaceDeployed(Message):
-    workspace: Any
+    workspace: Workspace
 
 
 @dataclass
@@ -54,7 +59,7 @@ class WorkspaceDeleted(Message):
 
 @dataclass
 class NodesLoaded(Message):
-    nodes: list[Any]
+    nodes: list[Node]
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, NodesLoaded)
@@ -92,27 +97,27 @@ class DetailedConfig(Message):
 
 @dataclass
 class ConfigChecked(Message):
-    """The editor's text was checked: core.config_check.ConfigProblem list (empty: valid)."""
+    """The editor's text was checked: its problems (empty: valid)."""
 
     text: str
-    problems: list[Any]
+    problems: list[ConfigProblem]
 
 
 @dataclass
 class NodesImported(Message):
-    nodes: list[Any]
+    nodes: list[Node]
 
 
 @dataclass
 class NodeProgress(Message):
-    """A cluster_builder.NodeEvent from the wizard's runner threads."""
+    """A node's step started, progressed or ended, from the wizard's runner threads."""
 
-    event: Any
+    event: ProgressEvent
 
 
 @dataclass
 class BuildFinished(Message):
-    """The preflight or the deploy ended: a cluster_builder.BuildOutcome."""
+    """The preflight or the deploy ended."""
 
     stage: str
-    outcome: Any
+    outcome: BuildOutcome

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from textual.theme import Theme
 
-from core import paths
+import themes
 
 _VARIABLE = re.compile(r"^\s*\$([a-z0-9-]+)\s*:\s*([^;]+);", re.MULTILINE)
 _BASE_FIELDS = ("primary", "secondary", "accent", "warning", "error", "success",
@@ -16,8 +16,11 @@ _BASE_FIELDS = ("primary", "secondary", "accent", "warning", "error", "success",
 DEFAULT_THEME = "geotrain-dark"
 
 
+THEMES_DIR = Path(themes.__file__).resolve().parent
+
+
 def theme_files() -> list[Path]:
-    return sorted(paths.themes_dir().glob("geotrain-*.tcss"))
+    return sorted(THEMES_DIR.glob("geotrain-*.tcss"))
 
 
 def load_theme(path: Path) -> Theme:

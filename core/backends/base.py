@@ -6,7 +6,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from core.models import WorkspaceSpec
+from core.domain.records import WorkspaceSpec
 
 
 @dataclass
@@ -18,7 +18,7 @@ class WorkerState:
 
 @dataclass
 class WorkspaceState:
-    status: str  # a core.models.Status value
+    status: str  # a core.domain.records.Status value
     reason: str = ""
     workers: list[WorkerState] = field(default_factory=list)
     exit_code: int | None = None
@@ -44,7 +44,7 @@ class Backend(abc.ABC):
         """Start the workspace; returns its run directory or resource name.
 
         `secret_refs` maps env var names (WANDB_API_KEY, HF_TOKEN) to references in
-        core.secrets.SecretStore; the backend resolves them itself and passes the values
+        core.state.secret_store.SecretStore; the backend resolves them itself and passes the values
         only through the workers' environment or a Kubernetes Secret.
         """
 

@@ -14,17 +14,17 @@ from kubernetes.client.exceptions import ApiException
 
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.errors import BackendError, InvalidInput
-from core.k8s_names import job_name
-from core.kube_client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
+from core.kubernetes.names import job_name
+from core.kubernetes.client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
                               SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
-from core.manifests import (WORKSPACE_ANNOTATION, config_map_name, manifests_yaml,
+from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, manifests_yaml,
                             render_manifests, secret_name, token_env_names)
-from core.models import Cluster, Status, WorkspaceSpec
-from core.node_inventory import NodeGroup, cluster_groups
-from core.secrets import SecretStore
-from core.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
-from core.volcano_admission import admission_errors
+from core.domain.records import Cluster, Status, WorkspaceSpec
+from core.kubernetes.node_groups import NodeGroup, cluster_groups
+from core.state.secret_store import SecretStore
+from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
+from core.kubernetes.admission import admission_errors
 
 METRICS_TAIL_LINES = 2000
 JOB_PHASES = {
@@ -61,8 +61,8 @@ class KubernetesBackend(Backend):
     def _groups(self) -> list[NodeGroup]:
         if self.cluster.config.get("node_groups") or not self.cluster.nodes:
             return cluster_groups(self.cluster)
-        from core.nodes import get_node
-        from core.store import Store
+        from core.state.node_records import get_node
+        from core.state.store import Store
 
         store = Store()
         return cluster_groups(self.cluster, [get_node(store, n) for n in self.cluster.nodes])

@@ -2,6 +2,8 @@
 
 Each step reads facts on a node and issues commands only for what differs, so a re-run
 of a finished cluster changes nothing and a re-run after a failure resumes.
+
+Imports core.nodes (SSH, facts), core.state, core.domain, core.schema, core.errors.
 """
 
 from __future__ import annotations

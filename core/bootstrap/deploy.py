@@ -15,19 +15,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from core import paths
+from core.state import paths
 from core.bootstrap import load_steps
 from core.bootstrap.plan import (ClusterPlan, DeployContext, K3sOptions, NodeSpec, NodeTarget,
                                  ProgressEvent, VolcanoOptions, assign_mesh_ips, parse_subnet)
 from core.bootstrap.runner import DeploySummary, Step, run_steps
 from core.bootstrap.session import CommandLog, NodeSession, Shell
-from core.clusters import delete_cluster as delete_record
-from core.clusters import get_cluster, save_cluster
+from core.state.cluster_records import delete_cluster as delete_record
+from core.state.cluster_records import get_cluster, save_cluster
 from core.errors import InvalidInput, NotFound
-from core.models import NAME_RE, Cluster, Node
-from core.nodes import get_node
-from core.secrets import SecretStore
-from core.store import Store, loads
+from core.domain.records import NAME_RE, Cluster, Node
+from core.state.node_records import get_node
+from core.state.secret_store import SecretStore
+from core.state.store import Store, loads
 
 IN_CLUSTER = "IN_CLUSTER"
 AVAILABLE = "AVAILABLE"
@@ -40,7 +40,7 @@ def token_ref(cluster: str) -> str:
 
 def pool_shells(store: Store) -> ShellFactory:
     """The production shells: the node pool's SSH connections (pinned host keys, one key ring)."""
-    from core.node_pool import NodePool
+    from core.nodes.pool import NodePool
 
     return NodePool(store).connection
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from core import paths
+from core.state import paths
 from core.bootstrap import k3s
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step

@@ -14,9 +14,9 @@ from pathlib import Path
 import yaml
 
 from core.bootstrap.kubeconfig import write_private
-from core.clusters import get_cluster
+from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput, NotFound
-from core.store import Store
+from core.state.store import Store
 
 SECTIONS = ("clusters", "users", "contexts")
 

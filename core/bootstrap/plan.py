@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from core.bootstrap.progress import ProgressEvent
 from core.bootstrap.session import CommandLog, NodeSession
 from core.errors import InvalidInput
 
@@ -132,17 +133,6 @@ class NodeTarget:
         """session.ensure_file, using the probed `file:PATH` fact when there is one."""
         return self.session.ensure_file(path, content, mode, secret,
                                         current=self.probed.pop(f"file:{path}", None))
-
-
-@dataclass
-class ProgressEvent:
-    """What the app turns into a progress bar: node, step, 0..1, and a message."""
-
-    node: str
-    step: str
-    progress: float
-    message: str
-    state: str = "running"  # running | done | failed | skipped
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Callable
 
 from core.bootstrap.plan import DeployContext, NodeTarget, ProgressEvent
 from core.bootstrap.session import StepFailed
-from core.secrets import redact
+from core.state.secret_store import redact
 
 PhaseFn = Callable[[DeployContext, NodeTarget], "str | None"]
 SelectFn = Callable[[DeployContext, list[NodeTarget]], list[NodeTarget]]

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from core.secrets import redact
+from core.state.secret_store import redact
 
 
 class Shell(Protocol):
-    """What a session needs from an SSH connection (core.ssh.Connection fits)."""
+    """What a session needs from an SSH connection (core.nodes.ssh.Connection fits)."""
 
     def run(self, command: str, timeout: float = ..., sudo: bool = ...): ...
 

@@ -21,11 +21,11 @@ from core.bootstrap.session import CommandLog
 from core.bootstrap.services import RUN_DIR
 from core.bootstrap.wireguard_boot import config_path
 from core.bootstrap.wireguard_mesh import KEY_PATH
-from core.clusters import delete_cluster as delete_record
-from core.clusters import get_cluster
+from core.state.cluster_records import delete_cluster as delete_record
+from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput
-from core.secrets import SecretStore
-from core.store import Store
+from core.state.secret_store import SecretStore
+from core.state.store import Store
 
 
 def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) -> list[tuple]:

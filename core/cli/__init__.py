@@ -1,8 +1,10 @@
-"""The headless commands: `geotrain <group> <command>`; no arguments opens the app.
+"""The headless commands: `geotrain <group> <command>` (tui/entry.py opens the app when there are none).
 
 Each module in COMMAND_MODULES registers commands into the groups it names
 (`register(groups)` where groups maps "workspaces"/"clusters"/"nodes" to argparse
 subparsers). Handlers take the parsed args and return an exit code.
+
+May import any core folder; never tui (tui/entry.py opens the app).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import importlib
 import sys
 
+import core
 from core.errors import GeotrainError
 
 GROUPS = {
@@ -35,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="geotrain", description="Train models across datacenters.")
-    parser.add_argument("--version", action="version", version="geotrain 0.1.0")
+    parser.add_argument("--version", action="version", version=f"geotrain {core.version()}")
     top = parser.add_subparsers(dest="group", parser_class=_Parser)
     groups = {}
     for name, help_text in GROUPS.items():
@@ -49,10 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        from tui.app import run_app
-
-        return run_app()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)

@@ -11,9 +11,9 @@ from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
 from core.bootstrap.teardown import delete_cluster, remove_node
 from core.cli.output import table
-from core.clusters import get_cluster
+from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput
-from core.store import Store
+from core.state.store import Store
 
 
 def register(groups) -> None:
@@ -64,7 +64,7 @@ def _endpoints(values: list[str]) -> dict[str, str]:
         if not sep or not node or not endpoint:
             raise InvalidInput(f"--endpoint {value!r} is not NODE=HOST[:PORT]",
                                "write it like --endpoint gpu2=203.0.113.9:51820")
-        from core.ssh import parse_endpoint  # lazily: paramiko is slow to import
+        from core.nodes.ssh import parse_endpoint  # lazily: paramiko is slow to import
 
         parse_endpoint(endpoint)  # same HOST[:PORT] rules (and port range) as node import
         out[node] = endpoint

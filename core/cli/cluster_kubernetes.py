@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.store import Store
+from core.state.store import Store
 
 
 def register(groups) -> None:
@@ -18,7 +18,7 @@ def register(groups) -> None:
 
 
 def cmd_add_kubernetes(args) -> int:
-    from core.kubernetes_clusters import register_kubernetes_cluster  # loads the k8s client
+    from core.kubernetes.registration import register_kubernetes_cluster  # loads the k8s client
 
     done = register_kubernetes_cluster(Store(), args.name, args.kubeconfig, args.context,
                                        args.namespace, args.queue)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from core import planner
+from core.planner import wan_what_if as planner
 from core.cli.output import dump_json, table
-from core.store import Store
-from core.wan_plan import DEFAULT_STEP_S, plan_for_cluster
+from core.state.store import Store
+from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
 
 MATRIX_HELP = ("YAML/JSON network matrix for what-if questions: `links:` then entries with src, dst, "
                "latency_ms, mbit_s (replaces the cluster's measured matrix)")

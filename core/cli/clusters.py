@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from core.cli.output import dump_json, table
-from core.clusters import get_cluster, list_clusters, network_matrix
-from core.store import Store
+from core.state.cluster_records import get_cluster, list_clusters, network_matrix
+from core.state.store import Store
 
 
 def register(groups) -> None:

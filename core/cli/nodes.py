@@ -8,10 +8,10 @@ import re
 from core.cli import prompts
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
-from core.models import Node
-from core.node_import_file import read_import_file
-from core.node_pool import ImportRequest, NodePool, Prompts
-from core.ssh import parse_endpoint, ssh_config_host
+from core.domain.records import Node
+from core.nodes.import_file import read_import_file
+from core.nodes.pool import ImportRequest, NodePool, Prompts
+from core.nodes.ssh import parse_endpoint, ssh_config_host
 
 
 def _seconds(text: str) -> float:

@@ -12,7 +12,7 @@ import time
 
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
-from core.models import TEMPLATES
+from core.domain.records import TEMPLATES
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
 
 

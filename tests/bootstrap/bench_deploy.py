@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from core.bootstrap.deploy import build_plan, deploy
-from core.store import Store
+from core.state.store import Store
 from tests import testhosts
 from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, ShellFactory, add_host_nodes,
                                            create)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import subprocess
 
-from core.models import Node
-from core.nodes import add_nodes
-from core.ssh import Connection
-from core.store import Store
+from core.domain.records import Node
+from core.state.node_records import add_nodes
+from core.nodes.ssh import Connection
+from core.state.store import Store
 from tests import testhosts
 from tests.testhosts import TestHost
 

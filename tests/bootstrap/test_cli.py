@@ -10,10 +10,10 @@ from core.bootstrap.deploy import build_plan, deploy
 from core.bootstrap.kubeconfig import cluster_kubeconfig_path, rewrite, write_private
 from core.cli import main
 from core.cli.cluster_bootstrap import _report
-from core.clusters import list_clusters, save_cluster
-from core.models import Cluster, Node
-from core.nodes import add_nodes, get_node
-from core.store import Store
+from core.state.cluster_records import list_clusters, save_cluster
+from core.domain.records import Cluster, Node
+from core.state.node_records import add_nodes, get_node
+from core.state.store import Store
 from tests.bootstrap.cluster_hosts import PREFIX, SUBNET, ShellFactory, add_host_nodes, peers_of
 
 K3S_YAML = (Path(__file__).parent / "fixtures" / "k3s.yaml").read_text()  # as k3s writes it

@@ -169,7 +169,7 @@ def test_a_gate_step_stops_everything(tmp_path):
 
 
 def test_the_wizard_core_imports_no_ui_ssh_or_kubernetes_library():
-    """Layering: the TUI shows events; only core/ssh.py speaks paramiko."""
+    """Layering: the TUI shows events; only core/nodes/ssh.py speaks paramiko."""
     import ast
 
     root = Path(__file__).parents[2] / "core"

@@ -9,11 +9,11 @@ import yaml
 
 from core.bootstrap.deploy import build_plan, deploy, token_ref
 from core.bootstrap.kubeconfig import cluster_kubeconfig_path
-from core.clusters import get_cluster
-from core.models import Node
-from core.nodes import add_nodes
-from core.secrets import SecretStore
-from core.store import Store
+from core.state.cluster_records import get_cluster
+from core.domain.records import Node
+from core.state.node_records import add_nodes
+from core.state.secret_store import SecretStore
+from core.state.store import Store
 from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, SUBNET, ShellFactory,
                                            add_host_nodes)
 

@@ -10,10 +10,10 @@ import pytest
 
 from core.bootstrap.deploy import build_plan, deploy
 from core.bootstrap.teardown import delete_cluster, remove_node
-from core.clusters import get_cluster
+from core.state.cluster_records import get_cluster
 from core.errors import NotFound
-from core.nodes import get_node
-from core.store import Store
+from core.state.node_records import get_node
+from core.state.store import Store
 from tests import testhosts
 from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, ShellFactory, add_host_nodes,
                                            create, mesh_ping, peers_of)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from core.bootstrap.deploy import build_plan, deploy
-from core.clusters import get_cluster
-from core.store import Store, loads
+from core.state.cluster_records import get_cluster
+from core.state.store import Store, loads
 from tests.bootstrap.cluster_hosts import (MESH_SUBNET, PREFIX, SUBNET,
                                            CuttingShellFactory, ShellFactory, add_host_nodes,
                                            mesh_ping, peers_of)

@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from core.cli import main
-from core.store import Store
+from core.state.store import Store
 
 
 def _state(home):
@@ -64,7 +64,7 @@ def test_malformed_yaml_config_names_the_line(geotrain_home, tmp_path, capsys):
 
 
 def test_config_field_of_wrong_type_gives_its_path(geotrain_home, tmp_path, capsys):
-    from core.recipe_catalog import default_config
+    from core.domain.recipe_catalog import default_config
 
     import yaml
 
@@ -80,7 +80,7 @@ def test_config_field_of_wrong_type_gives_its_path(geotrain_home, tmp_path, caps
 
 
 def test_spec_file_with_wrong_type_for_a_nested_config_field(geotrain_home, tmp_path, capsys):
-    from core.recipe_catalog import default_config
+    from core.domain.recipe_catalog import default_config
 
     import yaml
 

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_core_imports_without_textual_or_recipes():
-    code = ("import sys, core.cli, core.workspaces, core.backends.local, core.store;"
+    code = ("import sys, core.cli, core.workspaces, core.backends.local.backend, core.state.store;"
             "core.cli.build_parser();"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'recipes', 'tui')];"
             "print(bad); sys.exit(1 if bad else 0)")

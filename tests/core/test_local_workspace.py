@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.backends.local_supervisor import workspace_processes
+from core.backends.local.supervisor import workspace_processes
 from core.workspaces import DeployRequest, WorkspaceService
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ import multiprocessing
 import sqlite3
 import time
 
-from core.clusters import list_clusters
-from core.store import MIGRATIONS, Store
+from core.state.cluster_records import list_clusters
+from core.state.store import MIGRATIONS, Store
 
 
 def test_fresh_store_has_schema_version_and_local_cluster(geotrain_home):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from core.backends.local_supervisor import workspace_processes
+from core.backends.local.supervisor import workspace_processes
 from core.workspaces import DeployRequest, WorkspaceService
 
 STEP = re.compile(r"\bstep (\d+)/\d+ loss ([0-9.]+)")

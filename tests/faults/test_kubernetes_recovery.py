@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from core.errors import FieldError
-from core.manifests import render_volcano_job
-from core.models import Cluster, WorkspaceSpec
-from core.node_inventory import NodeGroup
-from core.volcano_admission import admission_errors
+from core.kubernetes.manifests import render_volcano_job
+from core.domain.records import Cluster, WorkspaceSpec
+from core.kubernetes.node_groups import NodeGroup
+from core.kubernetes.admission import admission_errors
 from core.workspaces import WorkspaceService
 from tests.kubernetes.conftest import fake, job_validator, kubeconfig, make_spec, run  # noqa: F401 (fixtures)
 

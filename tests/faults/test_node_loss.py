@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.backends.local_supervisor import kill_all, workspace_processes
+from core.backends.local.supervisor import kill_all, workspace_processes
 
 from core.workspaces import WorkspaceService
 from tests.faults.faults import deploy, last_step, wait_done, wait_for, worker_pids

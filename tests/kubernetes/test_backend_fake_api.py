@@ -14,8 +14,8 @@ import pytest
 
 from core.backends.kubernetes import KubernetesBackend
 from core.errors import BackendError, InvalidInput
-from core.models import Cluster
-from core.secrets import SecretStore
+from core.domain.records import Cluster
+from core.state.secret_store import SecretStore
 from tests.kubernetes.conftest import make_spec, write_kubeconfig
 
 TOKEN = "wandb-token-0123456789"

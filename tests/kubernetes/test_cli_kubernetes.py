@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from core.clusters import get_cluster, list_clusters
-from core.store import Store
+from core.state.cluster_records import get_cluster, list_clusters
+from core.state.store import Store
 from tests.kubernetes.conftest import run
 
 

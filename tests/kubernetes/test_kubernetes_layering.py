@@ -7,7 +7,7 @@ import sys
 
 from tests.kubernetes.conftest import REPO
 
-KUBERNETES_MODULES = {"core/kube_client.py", "core/pod_logs.py", "core/kubernetes_clusters.py",
+KUBERNETES_MODULES = {"core/kubernetes/client.py", "core/kubernetes/pod_logs.py", "core/kubernetes/registration.py",
                       "core/backends/kubernetes.py"}
 
 
@@ -21,7 +21,7 @@ def test_only_the_kubernetes_modules_import_the_client():
 
 
 def test_cli_and_manifests_do_not_load_the_client():
-    code = ("import sys, core.cli, core.manifests, core.volcano_admission, core.node_inventory;"
+    code = ("import sys, core.cli, core.kubernetes.manifests, core.kubernetes.admission, core.kubernetes.node_groups;"
             "core.cli.build_parser();"
             "print([m for m in sys.modules if m.split('.')[0] == 'kubernetes'])")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from core.errors import InvalidInput
-from core.manifests import manifests_yaml, render_manifests, render_volcano_job
-from core.models import Cluster
-from core.node_inventory import NodeGroup
-from core.volcano_admission import admission_errors
+from core.kubernetes.manifests import manifests_yaml, render_manifests, render_volcano_job
+from core.domain.records import Cluster
+from core.kubernetes.node_groups import NodeGroup
+from core.kubernetes.admission import admission_errors
 from tests.kubernetes.conftest import HETEROGENEOUS, MODELS, make_spec, presets
 
 CLUSTER = Cluster(name="dc", kind="geotrain")
@@ -70,10 +70,8 @@ def test_heterogeneous_job_has_one_task_per_node_group_and_gloo():
 
 
 def test_config_map_holds_a_config_the_recipe_accepts():
-    from core import recipe_catalog
+    from core.domain import recipe_catalog
 
-    if not recipe_catalog.configs_dir().exists():
-        pytest.skip("recipes/configs is not on this branch")
     spec = make_spec(workers=7, config=recipe_catalog.default_config("gpt-neo", "tiny"))
     config_map = render_manifests("ws-mix", spec, CLUSTER, HETEROGENEOUS, "default", {})[0]
     config = yaml.safe_load(config_map["data"]["config.yaml"])

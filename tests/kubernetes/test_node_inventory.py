@@ -1,12 +1,12 @@
-"""Node groups from node facts (as core.facts.gpus records them) and worker placement."""
+"""Node groups from node facts (as core.nodes.facts.gpus records them) and worker placement."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.errors import InvalidInput
-from core.models import Cluster, Node
-from core.node_inventory import allocate, cluster_groups, dist_backend, groups_from_nodes
+from core.domain.records import Cluster, Node
+from core.kubernetes.node_groups import allocate, cluster_groups, dist_backend, groups_from_nodes
 
 
 def _node(name: str, *gpus: dict) -> Node:

@@ -16,9 +16,9 @@ import textwrap
 
 import pytest
 
-from core.manifests import RDZV_PORT, render_volcano_job
-from core.models import Cluster
-from core.node_inventory import NodeGroup
+from core.kubernetes.manifests import RDZV_PORT, render_volcano_job
+from core.domain.records import Cluster
+from core.kubernetes.node_groups import NodeGroup
 from tests.kubernetes.conftest import make_spec
 
 STAND_IN_TRAIN = textwrap.dedent("""

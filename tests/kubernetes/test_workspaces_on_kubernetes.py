@@ -11,8 +11,10 @@ import json
 
 import pytest
 
-from core import paths, recipe_catalog
-from core.models import WorkspaceSpec
+from core.state import paths
+
+from core.domain import recipe_catalog
+from core.domain.records import WorkspaceSpec
 from core.workspaces import WorkspaceService
 from tests.kubernetes.conftest import run
 
@@ -62,8 +64,6 @@ def test_service_and_cli_run_a_workspace_on_the_cluster(registered, capsys):
     assert json.loads(out) == []
 
 
-@pytest.mark.skipif(not recipe_catalog.configs_dir().exists(),
-                    reason="recipes/configs is not on this branch yet (the recipes land separately)")
 def test_cli_dry_run_prints_manifests_without_contacting_the_cluster(registered, capsys):
     fake = registered
     before = len(fake.requests)

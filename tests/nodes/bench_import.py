@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from core import facts
+from core.nodes import facts
 from core.cli import main
-from core.node_pool import public_ip_urls
+from core.nodes.pool import public_ip_urls
 from tests import testhosts
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core import facts
-from core.facts import containerd, cpu, disk, docker, gpus, k3s, public_ip, sudo, system, udp_port
-from core.node_status import status_for
+from core.nodes import facts
+from core.nodes.facts import containerd, cpu, disk, docker, gpus, k3s, public_ip, sudo, system, udp_port
+from core.nodes.status import status_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

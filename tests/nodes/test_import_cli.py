@@ -12,7 +12,7 @@ import time
 import pytest
 
 from core.cli import main
-from core.known_hosts import known_hosts_path
+from core.nodes.known_hosts import known_hosts_path
 from tests.testhosts import start_ip_echo
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidInput
-from core.node_import_file import read_import_file
+from core.nodes.import_file import read_import_file
 
 
 def write(tmp_path, name: str, text: str) -> str:

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from core.parallel import Timeout, run_each
+from core.nodes.parallel import Timeout, run_each
 
 
 def test_a_hanging_item_times_out_alone():

@@ -1,4 +1,4 @@
-"""core.ssh.Connection against real OpenSSH sshd test hosts."""
+"""core.nodes.ssh.Connection against real OpenSSH sshd test hosts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from core.known_hosts import KnownHosts
-from core.ssh import (AuthFailed, CommandTimeout, Connection, HostKeyError, KeyRing, Unreachable,
+from core.nodes.known_hosts import KnownHosts
+from core.nodes.ssh import (AuthFailed, CommandTimeout, Connection, HostKeyError, KeyRing, Unreachable,
                       ssh_config_host)
 
 

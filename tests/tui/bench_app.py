@@ -152,7 +152,7 @@ async def big_table(rows: int = 1000) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["GEOTRAIN_HOME"] = tmp
-        from core.store import Store
+        from core.state.store import Store
         from core.workspaces import WorkspaceService
 
         store = Store()

@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 import time
 
-from core.store import Store
-from tui.cluster_builder import BuildOutcome, ClusterBuilder, NodeEvent, WizardRequest
+from core.state.store import Store
+from core.bootstrap.progress import ProgressEvent
+from tui.cluster_builder import BuildOutcome, ClusterBuilder, WizardRequest
 
 STEPS = ["preflight", "containerd", "wireguard", "netmatrix", "k3s", "volcano", "kubeconfig"]
 
@@ -33,11 +34,11 @@ class StandInClusterBuilder(ClusterBuilder):
 
     def _step(self, request: WizardRequest, step: str, on_event) -> None:
         for node in request.nodes:
-            on_event(NodeEvent(node, step, 0.5, f"{step}: running"))
+            on_event(ProgressEvent(node, step, 0.5, f"{step}: running"))
             self._log(request, node, f"[{step}] $ geotrain-{step} --check")
         time.sleep(0.01)
         for node in request.nodes:
-            on_event(NodeEvent(node, step, 1.0, "done", "done"))
+            on_event(ProgressEvent(node, step, 1.0, "done", "done"))
 
     def preflight(self, request: WizardRequest, on_event) -> BuildOutcome:
         self._step(request, "preflight", on_event)
@@ -46,7 +47,7 @@ class StandInClusterBuilder(ClusterBuilder):
     def deploy(self, request: WizardRequest, on_event) -> BuildOutcome:
         for step in self.steps(request.vpn):
             if step == self.hold_at:
-                on_event(NodeEvent(request.nodes[0], step, 0.25, f"{step}: waiting"))
+                on_event(ProgressEvent(request.nodes[0], step, 0.25, f"{step}: waiting"))
                 self.holding.set()
                 self.release.wait(self.hold_seconds)
             self._step(request, step, on_event)

@@ -11,12 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-from core import facts
-from core.clusters import save_cluster
-from core.node_status import status_for
-from core.models import Cluster, Node, WorkspaceSpec
-from core.nodes import add_nodes
-from core.store import Store
+from core.nodes import facts
+from core.state.cluster_records import save_cluster
+from core.nodes.status import status_for
+from core.domain.records import Cluster, Node, WorkspaceSpec
+from core.state.node_records import add_nodes
+from core.state.store import Store
 from core.workspaces import WorkspaceService
 
 NOW = 1_790_000_000.0  # the frozen clock of every fixed state

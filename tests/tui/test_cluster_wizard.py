@@ -6,13 +6,13 @@ import asyncio
 from rich.text import Text
 from textual.widgets import SelectionList
 
-from core.nodes import add_nodes
+from core.state.node_records import add_nodes
 from tests.tui import states
 from tests.tui.stand_in_builder import StandInClusterBuilder
 from tests.tui.waiting import on_screen, until
 from tui.app import make_app
 from tui.screens.cluster_wizard import ClusterWizardScreen
-from tui.screens.node_log import NodeLogScreen
+from tui.modals.node_log import NodeLogScreen
 from tui.widgets.log_view import LogView
 from tui.widgets.net_matrix import NetMatrix
 from tui.widgets.progress_table import ProgressTable
@@ -74,7 +74,7 @@ def test_wizard_picks_nodes_runs_preflight_and_shows_progress_per_node_and_step(
 def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hosts, geotrain_home,
                                                                    monkeypatch):
     """The real core.bootstrap preflight over SSH against an sshd test host (root)."""
-    from core.node_pool import ImportRequest, NodePool, Prompts
+    from core.nodes.pool import ImportRequest, NodePool, Prompts
 
     monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", "")
     (host,) = make_test_hosts(1, prefix="gtw", subnet="10.214.0.0/24")

@@ -10,8 +10,8 @@ from tests.tui.waiting import on_screen, until
 from tui.app import make_app
 from tui.screens.node_import import NodeImportScreen
 from tui.screens.nodes import NodesScreen
-from tui.widgets.confirm import ConfirmScreen
-from tui.widgets.passphrase import PassphraseScreen
+from tui.modals.confirm import ConfirmScreen
+from tui.modals.passphrase import PassphraseScreen
 
 
 def _names(app) -> list[str]:
@@ -45,7 +45,7 @@ def test_nodes_table_details_and_remove(app, seeded):
             await pilot.press("y")
             await until(pilot, lambda: _names(app) == ["ams-2"])
     asyncio.run(run())
-    from core.nodes import list_nodes
+    from core.state.node_records import list_nodes
     assert [n.name for n in list_nodes(service.store)] == ["ams-2"]
 
 
@@ -127,5 +127,5 @@ def test_import_form_shows_what_is_wrong_inline_and_adds_nothing(app, seeded, tm
             await until(pilot, lambda: "servers.yaml" in str(error.render()))
             assert isinstance(app.screen, NodeImportScreen)
     asyncio.run(run())
-    from core.nodes import list_nodes
+    from core.state.node_records import list_nodes
     assert [n.name for n in list_nodes(service.store)] == ["ams-2", "fra-1"]

@@ -8,10 +8,10 @@ from textual.widgets import DataTable
 
 from tests.tui import states
 from tests.tui.waiting import on_screen, until
-from tui.screens.help import HelpScreen
+from tui.modals.help import HelpScreen
 from tui.screens.workspaces import WorkspacesScreen
-from tui.widgets.confirm import ConfirmScreen
-from tui.widgets.error_modal import ErrorScreen
+from tui.modals.confirm import ConfirmScreen
+from tui.modals.error import ErrorScreen
 
 
 def _rows(app) -> dict:

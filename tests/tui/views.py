@@ -8,14 +8,14 @@ from textual.widgets import Select, TextArea
 from tests.tui import states
 from tests.tui.waiting import on_screen, until
 from tui.screens.config_editor import ConfigEditorScreen
-from tui.screens.help import HelpScreen
+from tui.modals.help import HelpScreen
 from tui.screens.node_import import NodeImportScreen
 from tui.screens.nodes import NodesScreen
 from tui.screens.workspace_deploy import DeployScreen
 from tui.screens.workspace_detail import WorkspaceDetailScreen
 from tui.screens.workspaces import WorkspacesScreen
-from tui.widgets.confirm import ConfirmScreen
-from tui.widgets.error_modal import ErrorScreen
+from tui.modals.confirm import ConfirmScreen
+from tui.modals.error import ErrorScreen
 from tui.widgets.log_view import LogView
 
 
@@ -84,7 +84,7 @@ async def node_import(pilot) -> None:
 
 
 async def passphrase(pilot) -> None:
-    from tui.widgets.passphrase import PassphraseScreen
+    from tui.modals.passphrase import PassphraseScreen
 
     await node_import(pilot)
     pilot.app.push_screen(PassphraseScreen("~/.ssh/id_ed25519"))
@@ -108,7 +108,7 @@ async def error_modal(pilot) -> None:
 
 
 async def _wizard(pilot, hold_at: str | None = None):
-    from core.nodes import add_nodes
+    from core.state.node_records import add_nodes
     from tests.tui.stand_in_builder import StandInClusterBuilder
     from tui.screens.cluster_wizard import ClusterWizardScreen
 

@@ -2,10 +2,12 @@
 
 import yaml
 
-from core import planner, recipe_catalog
+from core.planner import wan_what_if as planner
+
+from core.domain import recipe_catalog
 from recipes.catalog import MODEL_SIZES
 from recipes.compression import BlockCodec
-from recipes.param_counts import PARAMS_PATH, count
+from recipes.bench.param_counts import PARAMS_PATH, count
 
 
 def test_planner_payloads_equal_the_recipe_codecs():
@@ -20,7 +22,7 @@ def test_planner_payloads_equal_the_recipe_codecs():
 def test_every_catalog_size_has_a_count_and_small_ones_recount_equal():
     table = yaml.safe_load(PARAMS_PATH.read_text())
     missing = [f"{m}/{s}" for m, sizes in MODEL_SIZES.items() for s in sizes if s not in table.get(m, {})]
-    assert missing == [], "run `python -m recipes.param_counts --write`"
+    assert missing == [], "run `python -m recipes.bench.param_counts --write`"
     for model, sizes in MODEL_SIZES.items():
         assert table[model]["tiny"] == count(model, "tiny"), f"{model}/tiny is stale in params.yaml"
     assert table["gpt-neo"]["125m"] == count("gpt-neo", "125m")

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from core import planner
+from core.planner import wan_what_if as planner
 from core.cli import main
-from core.clusters import save_cluster
+from core.state.cluster_records import save_cluster
 from core.errors import InvalidInput, NotFound
-from core.models import Cluster
-from core.store import Store
-from core.wan_plan import links_from_file, model_params, plan_for_cluster
+from core.domain.records import Cluster
+from core.state.store import Store
+from core.planner.cluster_inputs import links_from_file, model_params, plan_for_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = {
@@ -164,7 +164,7 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
 
 
 def test_planner_stays_free_of_torch_and_recipes():
-    code = ("import sys, core.planner, core.wan_plan, core.cli.cluster_plan;"
+    code = ("import sys, core.planner.wan_what_if, core.planner.cluster_inputs, core.cli.cluster_plan;"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'recipes', 'textual')];"
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from core import planner, recipe_catalog
+from core.planner import wan_what_if as planner
+
+from core.domain import recipe_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 # Planner time predictions must land this close to the measured step times (the target is 25%;
@@ -28,7 +30,7 @@ def quick_report(tmp_path_factory):
     if shutil.which("tc") is None or shutil.which("ip") is None:
         pytest.skip("iproute2 (ip, tc) is not installed")
     out = tmp_path_factory.mktemp("wan") / "wan.json"
-    proc = subprocess.run([sys.executable, "-m", "recipes.wan_bench", "--quick", "--json", str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "recipes.bench.wan", "--quick", "--json", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

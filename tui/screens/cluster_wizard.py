@@ -11,7 +11,7 @@ from textual.widgets import (Checkbox, ContentSwitcher, Footer, Header, Input, L
                              SelectionList, Static)
 from textual.widgets.selection_list import Selection
 
-from core.nodes import list_nodes
+from core.state.node_records import list_nodes
 from tui.cluster_builder import WizardRequest
 from tui.messages import BuildFinished, NodeProgress, NodesLoaded
 from tui.screens.base import GeotrainScreen
@@ -179,13 +179,10 @@ class ClusterWizardScreen(GeotrainScreen):
         self._go("done")
 
     def action_node_log(self) -> None:
-        from tui.screens.node_log import NodeLogScreen
-
         tables = [t for t in self.query(ProgressTable) if t.display]
         node = tables[-1].selected_node() if tables else None
         if node and self.request:
-            self.app.push_screen(NodeLogScreen(
-                node, self.app.cluster_builder.node_log(self.request.name, node)))
+            self.app.open_node_log(node, self.app.cluster_builder.node_log(self.request.name, node))
 
     def action_import_kubeconfig(self) -> None:
         if self.request:

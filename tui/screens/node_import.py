@@ -8,20 +8,16 @@ from __future__ import annotations
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Footer, Header, Input, Label, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Footer, Header, Input, Static
 
 from core.errors import GeotrainError
-from core.node_import_file import read_import_file
-from core.node_pool import ImportRequest
-from core.ssh import parse_endpoint
+from core.nodes.import_file import read_import_file
+from core.nodes.pool import ImportRequest
+from core.nodes.ssh import parse_endpoint
+from tui.widgets.form_field import FormField
 from tui.messages import FormProblem, NodesImported
 from tui.screens.base import GeotrainScreen
-from tui.screens.nodes import node_pool
-
-
-def _field(label: str, widget) -> Vertical:
-    return Vertical(Label(label), widget, classes="field")
 
 
 def requests_from(fields: dict[str, str]) -> list[ImportRequest]:
@@ -45,17 +41,17 @@ class NodeImportScreen(GeotrainScreen):
         with VerticalScroll(classes="form"):
             yield Static("One server", classes="step-title")
             with Horizontal(classes="row"):
-                yield _field("Name", Input(placeholder="gpu-1", id="name"))
-                yield _field("Endpoint  [user@]host[:port]", Input(placeholder="203.0.113.7", id="endpoint"))
-                yield _field("Username", Input("root", id="username"))
+                yield FormField("Name", Input(placeholder="gpu-1", id="name"))
+                yield FormField("Endpoint  [user@]host[:port]", Input(placeholder="203.0.113.7", id="endpoint"))
+                yield FormField("Username", Input("root", id="username"))
             with Horizontal(classes="row"):
-                yield _field("SSH key path (empty: the SSH agent)",
+                yield FormField("SSH key path (empty: the SSH agent)",
                              Input(placeholder="~/.ssh/id_ed25519", id="key"))
-                yield _field("Jump host (optional)", Input(placeholder="user@bastion:22", id="jump"))
-                yield _field("Datacenter (optional)", Input(placeholder="frankfurt", id="datacenter"))
+                yield FormField("Jump host (optional)", Input(placeholder="user@bastion:22", id="jump"))
+                yield FormField("Datacenter (optional)", Input(placeholder="frankfurt", id="datacenter"))
             yield Static("…or a YAML/CSV file listing servers (all are imported, or none)",
                          classes="step-title")
-            yield _field("File", Input(placeholder="servers.yaml", id="file"))
+            yield FormField("File", Input(placeholder="servers.yaml", id="file"))
             yield Static("", id="form-error", classes="field-error", markup=False)
             with Horizontal(classes="form-buttons"):
                 yield Button("Import", id="import", variant="primary")
@@ -70,7 +66,7 @@ class NodeImportScreen(GeotrainScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="import", name="Import")
     def _import(self, fields: dict[str, str]) -> None:
         try:
-            nodes = node_pool(self.app).import_nodes(requests_from(fields))
+            nodes = self.app.node_pool.import_nodes(requests_from(fields))
         except GeotrainError as exc:  # the person can fix these: shown under the form
             self.post_message(FormProblem(str(exc)))
             return

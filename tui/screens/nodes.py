@@ -8,21 +8,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from core.models import Node
-from core.node_pool import NodePool, Prompts
+from core.domain.records import Node
 from tui import formatting
 from tui.messages import NodesLoaded
 from tui.screens.table_screen import TableScreen
-from tui.ui_prompts import host_key_confirmer, passphrase_asker
-from tui.widgets.confirm import ConfirmScreen
+from tui.modals.confirm import ConfirmScreen
 
 COLUMNS = ("name", "datacenter", "status", "GPUs", "CPU", "memory", "disk", "blockers")
-
-
-def node_pool(app) -> NodePool:
-    """The app's node pool: same state store, host keys confirmed and key passphrases asked in modals."""
-    return NodePool(app.service.store, Prompts(confirm_host_key=host_key_confirmer(app),
-                                               ask_passphrase=passphrase_asker(app)))
 
 
 def gpus(facts: dict) -> str:
@@ -93,7 +85,7 @@ class NodesScreen(TableScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="Loading nodes")
     def _load(self) -> None:
-        self.post_message(NodesLoaded(node_pool(self.app).list()))
+        self.post_message(NodesLoaded(self.app.node_pool.list()))
 
     @on(NodesLoaded)
     def _show(self, message: NodesLoaded) -> None:
@@ -123,9 +115,7 @@ class NodesScreen(TableScreen):
 
     # actions ---------------------------------------------------------------
     def action_import(self) -> None:
-        from tui.screens.node_import import NodeImportScreen
-
-        self.app.push_screen(NodeImportScreen(), lambda _: self.action_reload())
+        self.app.open_node_import(lambda _: self.action_reload())
 
     def action_refresh_node(self) -> None:
         if (name := self.selected_key()) is not None:
@@ -134,8 +124,8 @@ class NodesScreen(TableScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="refresh", name="Refreshing facts")
     def _refresh(self, names: list[str]) -> None:
-        node_pool(self.app).refresh(names)
-        self.post_message(NodesLoaded(node_pool(self.app).list()))
+        self.app.node_pool.refresh(names)
+        self.post_message(NodesLoaded(self.app.node_pool.list()))
 
     def action_remove(self) -> None:
         name = self.selected_key()
@@ -153,5 +143,5 @@ class NodesScreen(TableScreen):
 
     @work(thread=True, exit_on_error=False, group="remove", name="Removing node")
     def _remove(self, name: str) -> None:
-        node_pool(self.app).remove(name)
-        self.post_message(NodesLoaded(node_pool(self.app).list()))
+        self.app.node_pool.remove(name)
+        self.post_message(NodesLoaded(self.app.node_pool.list()))

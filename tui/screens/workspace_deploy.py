@@ -7,21 +7,18 @@ import yaml
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Footer, Header, Input, Select, Static
 
-from core import recipe_catalog
-from core.clusters import list_clusters
+from core.domain import recipe_catalog
+from core.state.cluster_records import list_clusters
 from core.errors import GeotrainError, InvalidInput
-from core.models import TEMPLATES
-from core.wan_plan import plan_for_cluster
+from core.domain.records import TEMPLATES
+from core.planner.cluster_inputs import plan_for_cluster
 from core.workspaces import DEFAULTS, DeployRequest, check_token
+from tui.widgets.form_field import FormField
 from tui.messages import DeployChoices, DetailedConfig, FormProblem, PlanAdvice, WorkspaceDeployed
 from tui.screens.base import GeotrainScreen
-
-
-def _field(label: str, widget) -> Vertical:
-    return Vertical(Label(label), widget, classes="field")
 
 
 def _options(names) -> list[tuple[str, str]]:
@@ -47,20 +44,20 @@ class DeployScreen(GeotrainScreen):
         yield Header()
         with VerticalScroll(classes="form"):
             with Horizontal(classes="row"):
-                yield _field("Template", Select(_options(TEMPLATES), value=TEMPLATES[0],
+                yield FormField("Template", Select(_options(TEMPLATES), value=TEMPLATES[0],
                                                 allow_blank=False, id="template"))
-                yield _field("Cluster", Select([], id="cluster"))
+                yield FormField("Cluster", Select([], id="cluster"))
             with Horizontal(classes="row"):
-                yield _field("Model", Select([], id="model"))
-                yield _field("Size", Select([], id="size"))
-                yield _field("Gradient compression", Select([], id="preset"))
+                yield FormField("Model", Select([], id="model"))
+                yield FormField("Size", Select([], id="size"))
+                yield FormField("Gradient compression", Select([], id="preset"))
             with Horizontal(classes="row"):
-                yield _field("Workers", Input(str(DEFAULTS["workers"]), type="integer", id="workers"))
-                yield _field("Steps", Input(str(DEFAULTS["steps"]), type="integer", id="steps"))
+                yield FormField("Workers", Input(str(DEFAULTS["workers"]), type="integer", id="workers"))
+                yield FormField("Steps", Input(str(DEFAULTS["steps"]), type="integer", id="steps"))
             with Horizontal(classes="row"):
-                yield _field("W&B API key (optional; runs offline without)",
+                yield FormField("W&B API key (optional; runs offline without)",
                              Input(password=True, placeholder="never shown", id="wandb"))
-                yield _field("Hugging Face token (optional; checkpoints stay local)",
+                yield FormField("Hugging Face token (optional; checkpoints stay local)",
                              Input(password=True, placeholder="never shown", id="hf"))
             yield Static("", id="plan", classes="hint", markup=False)
             yield Static("", id="config-state", classes="hint")
@@ -188,10 +185,8 @@ class DeployScreen(GeotrainScreen):
 
     @on(WorkspaceDeployed)
     def _deployed(self, message: WorkspaceDeployed) -> None:
-        from tui.screens.workspace_detail import WorkspaceDetailScreen
-
         self.notify(f"Deployed {message.workspace.id}")
-        self.app.switch_screen(WorkspaceDetailScreen(message.workspace.id))
+        self.app.open_workspace(message.workspace.id, replace=True)
 
     @on(Button.Pressed, "#edit")
     def action_edit_config(self) -> None:
@@ -214,9 +209,7 @@ class DeployScreen(GeotrainScreen):
 
     @on(DetailedConfig)
     def _open_editor(self, message: DetailedConfig) -> None:
-        from tui.screens.config_editor import ConfigEditorScreen
-
-        self.app.push_screen(ConfigEditorScreen(message.text), self._edited)
+        self.app.open_config_editor(message.text, self._edited)
 
     def _edited(self, text: str | None) -> None:
         if text is None:

@@ -10,10 +10,10 @@ from textual.widgets import Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from tui import formatting
+from tui.actions import ask_delete
 from tui.screens.base import GeotrainScreen
 from tui.log_feed import feed
 from tui.messages import WorkspaceDeleted, WorkspaceStatus
-from tui.screens.workspaces import ask_delete
 from tui.widgets.log_view import LogView
 from tui.widgets.loss_chart import LossChart, human_bytes
 

@@ -7,14 +7,13 @@ import os
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from core.workspaces import DeployRequest
 from tui import formatting
 from tui.screens.table_screen import TableScreen
+from tui.actions import ask_delete
 from tui.messages import WorkspaceDeleted, WorkspaceDeployed, WorkspacesLoaded
-from tui.widgets.confirm import ConfirmScreen
 
 COLUMNS = ("id", "cluster", "model", "preset", "status", "age", "last loss")
 
@@ -96,10 +95,8 @@ class WorkspacesScreen(TableScreen):
     # actions ---------------------------------------------------------------
     @on(DataTable.RowSelected)
     def action_open(self) -> None:
-        from tui.screens.workspace_detail import WorkspaceDetailScreen
-
         if (ws_id := self.selected_key()) is not None:
-            self.app.push_screen(WorkspaceDetailScreen(ws_id))
+            self.app.open_workspace(ws_id)
 
     def action_deploy_default(self) -> None:
         self.notify("Deploying the default workspace on local…")
@@ -112,17 +109,13 @@ class WorkspacesScreen(TableScreen):
         self.post_message(WorkspaceDeployed(service.deploy(spec, env_tokens())))
 
     def action_deploy_form(self) -> None:
-        from tui.screens.workspace_deploy import DeployScreen
-
-        self.app.push_screen(DeployScreen())
+        self.app.action_deploy_form()
 
     @on(WorkspaceDeployed)
     def _deployed(self, message: WorkspaceDeployed) -> None:
         self.notify(f"Deployed {message.workspace.id}")
         self.action_reload()
-        from tui.screens.workspace_detail import WorkspaceDetailScreen
-
-        self.app.push_screen(WorkspaceDetailScreen(message.workspace.id))
+        self.app.open_workspace(message.workspace.id)
 
     def action_delete(self) -> None:
         if (ws_id := self.selected_key()) is not None:
@@ -133,25 +126,3 @@ class WorkspacesScreen(TableScreen):
         self.notify(f"Deleted {message.workspace_id}")
         self.action_reload()
 
-
-def ask_delete(screen: Screen, workspace_id: str) -> None:
-    """Say what will be lost, then delete on `y` (in a thread) and tell `screen`."""
-    service = screen.app.service
-
-    def answered(yes: bool | None) -> None:
-        if yes:
-            _delete(screen, workspace_id)
-
-    @work(thread=True, exit_on_error=False, group="delete", name="Preparing delete")
-    def _ask(self) -> None:
-        text = service.what_will_be_lost(workspace_id)
-        self.app.call_from_thread(self.app.push_screen,
-                                  ConfirmScreen(f"Delete {workspace_id}?", text), answered)
-
-    _ask(screen)
-
-
-@work(thread=True, exit_on_error=False, group="delete", name="Delete")
-def _delete(screen: Screen, workspace_id: str) -> None:
-    screen.app.service.delete(workspace_id)
-    screen.post_message(WorkspaceDeleted(workspace_id))

@@ -1,5 +1,5 @@
 """One row per node, one column per step: a small bar while a step runs, ✓ or ✗ after,
-and the node's latest message. Fed NodeEvents on the UI thread."""
+and the node's latest message. Fed ProgressEvents on the UI thread."""
 
 from __future__ import annotations
 

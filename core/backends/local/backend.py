@@ -1,0 +1,233 @@
+"""The embedded `local` cluster: each workspace is a torchrun process group on this
+machine, run by a detached supervisor (see local_supervisor) in its own directory:
+
+    <data dir>/workspaces/<id>/
+        launch.json  config.yaml  supervisor.pid  exit_code  history.jsonl
+        logs/worker-N.log  logs/launcher.log   out/metrics.jsonl  out/checkpoints/
+
+DDP runs as one torchrun group; DiLoCo with several workers runs as an elastic pool
+(one process per worker) that keeps training when a worker is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import yaml
+
+from core.state import paths
+from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
+from core.backends.local.supervisor import MARKER, kill_all, workspace_processes
+from core.backends.local.run_history import read_history, read_jsonl
+from core.errors import BackendError, NotFound
+from core.domain.records import Status, WorkspaceSpec
+from core.domain.recipe_catalog import presets, recipe_env
+from core.domain.recovery import RecoverySettings
+
+POLL_S = 0.2
+VANISHED = "its supervisor process vanished"
+
+
+def _cuda_available() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+class LocalBackend(Backend):
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root else paths.workspaces_dir()
+
+    def run_dir(self, workspace_id: str) -> Path:
+        return self.root / workspace_id
+
+    # launch -----------------------------------------------------------------
+    def _config(self, workspace_id: str, spec: WorkspaceSpec) -> dict:
+        config = dict(spec.config)
+        config["out_dir"] = str(self.run_dir(workspace_id) / "out")
+        return config
+
+    def _mode(self, spec: WorkspaceSpec) -> str:
+        preset = spec.config.get("gradient_compression") or spec.preset
+        algorithm = presets().get(preset, {}).get("algorithm", "ddp")
+        elastic = RecoverySettings.from_dict(spec.recovery).is_elastic(algorithm, spec.workers)
+        return "elastic" if elastic else "group"
+
+    def _argv(self, spec: WorkspaceSpec, config_path: Path) -> list[str]:
+        """The torchrun group (restarts are the supervisor's, so it can record them)."""
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nnodes", "1", "--nproc-per-node", str(spec.workers),
+                "--max-restarts", "0", "--tee", "3",
+                "-m", "recipes.train", "--config", str(config_path)]
+
+    def _env(self, workspace_id: str, spec: WorkspaceSpec, has_wandb_key: bool) -> dict[str, str]:
+        env = {"PYTHONUNBUFFERED": "1", MARKER: workspace_id,
+               "PYTHONPATH": recipe_env()["PYTHONPATH"]}
+        if not has_wandb_key:
+            env["WANDB_MODE"] = "offline"
+        env.update(RecoverySettings.from_dict(spec.recovery).worker_env(spec.recovery.get("checkpoint_dir")))
+        return env
+
+    def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
+        config_path = self.run_dir(workspace_id) / "config.yaml"
+        argv = self._argv(spec, config_path)
+        if self._mode(spec) == "elastic":
+            argv = self._worker_argv(config_path)
+        text = (f"# local workspace {workspace_id}: {spec.workers} workers on this machine "
+                f"({'NCCL' if _cuda_available() else 'gloo on CPU'}, {self._mode(spec)})\n"
+                f"cd {shlex.quote(str(self.run_dir(workspace_id)))}\n{shlex.join(argv)}\n")
+        return LaunchPlan(text, yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
+
+    def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
+        """Start the supervisor. `secret_refs` maps env var -> secret-store reference."""
+        run_dir = self.run_dir(workspace_id)
+        (run_dir / "logs").mkdir(parents=True)
+        (run_dir / "out").mkdir()
+        config_path = run_dir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
+        launch = {"workspace_id": workspace_id, "argv": self._argv(spec, config_path),
+                  "worker_argv": self._worker_argv(config_path), "mode": self._mode(spec),
+                  "workers": spec.workers,
+                  "max_recoveries": RecoverySettings.from_dict(spec.recovery).max_recoveries,
+                  "standby": RecoverySettings.from_dict(spec.recovery).standby,
+                  "env": self._env(workspace_id, spec, "WANDB_API_KEY" in secret_refs),
+                  "secret_refs": secret_refs, "secrets_path": str(paths.secrets_path())}
+        (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
+        self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=launch["env"]["PYTHONPATH"]))
+        return str(run_dir)
+
+    def _start_supervisor(self, run_dir: Path, env: dict[str, str]) -> None:
+        env.pop("WANDB_API_KEY", None)
+        env.pop("HF_TOKEN", None)
+        with open(run_dir / "logs" / "supervisor.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "core.backends.local.supervisor", "--daemonize", str(run_dir)],
+                cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True)
+        if proc.wait(timeout=30) != 0:
+            raise BackendError("the local supervisor did not start",
+                               f"see {run_dir / 'logs' / 'supervisor.log'}")
+
+    def _worker_argv(self, config_path: Path) -> list[str]:
+        """One worker of an elastic pool (rank and store come from its environment)."""
+        return [sys.executable, "-m", "recipes.train", "--config", str(config_path)]
+
+    def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
+        """The supervisor itself vanished (killed, or the machine rebooted): start a new
+        one in the same run directory; the workers resume from the newest checkpoint.
+        (Failures of workers are the supervisor's own business.)"""
+        run_dir = self.run_dir(workspace_id)
+        if state.reason != VANISHED or not (run_dir / "launch.json").exists():
+            return None
+        kill_all(workspace_processes(workspace_id), grace=5)
+        (run_dir / "supervisor.pid").unlink(missing_ok=True)
+        launch = json.loads((run_dir / "launch.json").read_text())
+        launch["workspace_recoveries"] = int(launch.get("workspace_recoveries", 0)) + 1  # the budget is shared
+        (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
+        self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=recipe_env()["PYTHONPATH"]))
+        return "the supervisor process vanished"
+
+    # observe ----------------------------------------------------------------
+    def history(self, workspace_id: str) -> list[dict]:
+        return read_history(self.run_dir(workspace_id))
+
+    def _supervisor_alive(self, run_dir: Path) -> bool:
+        try:
+            pid = int((run_dir / "supervisor.pid").read_text())
+            proc = psutil.Process(pid)
+            return proc.status() != psutil.STATUS_ZOMBIE and str(run_dir) in " ".join(proc.cmdline())
+        except (FileNotFoundError, ValueError, psutil.Error):
+            return False
+
+    def status(self, workspace_id: str) -> WorkspaceState:
+        run_dir = self.run_dir(workspace_id)
+        if not run_dir.exists():
+            return WorkspaceState(Status.DELETED.value, "its files are gone")
+        exit_file = run_dir / "exit_code"
+        if exit_file.exists():
+            code = int(exit_file.read_text() or 70)
+            workers = self._workers(run_dir, Status.COMPLETED.value if code == 0 else Status.FAILED.value)
+            if code == 0:
+                return WorkspaceState(Status.COMPLETED.value, "", workers, 0)
+            return WorkspaceState(Status.FAILED.value, self._failure_reason(run_dir, code), workers, code)
+        workers = self._workers(run_dir)
+        if self._supervisor_alive(run_dir):
+            started = any(w.status == "RUNNING" for w in workers)
+            return WorkspaceState((Status.RUNNING if started else Status.PENDING).value, "", workers)
+        if not (run_dir / "supervisor.pid").exists() and time.time() - run_dir.stat().st_mtime < 30:
+            return WorkspaceState(Status.PENDING.value, "starting", workers)
+        return WorkspaceState(Status.FAILED.value, VANISHED, workers)
+
+    def _workers(self, run_dir: Path, ended: str | None = None) -> list[WorkerState]:
+        logs = sorted((run_dir / "logs").glob("worker-*.log"),
+                      key=lambda p: int(p.stem.split("-")[1]))
+        return [WorkerState(p.stem, ended or ("RUNNING" if p.stat().st_size else "PENDING"))
+                for p in logs]
+
+    def _failure_reason(self, run_dir: Path, code: int) -> str:
+        for name in ("launcher.log", "worker-0.log"):
+            path = run_dir / "logs" / name
+            if path.exists():
+                lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+                errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+                if errors:
+                    return f"exit code {code}: {errors[-1].strip()[:200]}"
+        return f"exit code {code}"
+
+    def list(self) -> list[str]:
+        return sorted(p.name for p in self.root.iterdir() if (p / "launch.json").exists())
+
+    def logs(self, workspace_id: str, follow: bool = False) -> Iterator[tuple[str, str]]:
+        run_dir = self.run_dir(workspace_id)
+        if not run_dir.exists():
+            raise NotFound(f"workspace {workspace_id!r} has no files on this machine")
+        tails: dict[Path, tuple[int, str]] = {}
+        while True:
+            done = not follow or self.status(workspace_id).status in (
+                Status.COMPLETED.value, Status.FAILED.value, Status.DELETED.value)
+            yield from self._read_new(run_dir, tails)
+            if done:
+                return
+            time.sleep(POLL_S)
+
+    def _read_new(self, run_dir: Path, tails: dict) -> Iterator[tuple[str, str]]:
+        log_dir = run_dir / "logs"
+        if not log_dir.exists():
+            return
+        for path in sorted(log_dir.glob("*.log")):
+            if path.name == "supervisor.log":
+                continue
+            offset, partial = tails.get(path, (0, ""))
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+            except FileNotFoundError:
+                continue
+            text = partial + chunk.decode("utf-8", errors="replace")
+            lines = text.split("\n")
+            tails[path] = (offset + len(chunk), lines.pop())
+            worker = "torchrun" if path.stem == "launcher" else path.stem
+            for line in lines:
+                yield worker, line
+
+    def metrics(self, workspace_id: str) -> list[dict]:
+        return read_jsonl(self.run_dir(workspace_id) / "out" / "metrics.jsonl")
+
+    # delete -----------------------------------------------------------------
+    def delete(self, workspace_id: str) -> None:
+        run_dir = self.run_dir(workspace_id)
+        try:
+            pid = int((run_dir / "supervisor.pid").read_text())
+            kill_all([psutil.Process(pid)], grace=15)
+        except (FileNotFoundError, ValueError, psutil.NoSuchProcess):
+            pass
+        kill_all(workspace_processes(workspace_id), grace=5)
+        shutil.rmtree(run_dir, ignore_errors=True)

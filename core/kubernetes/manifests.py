@@ -1,0 +1,255 @@
+"""Kubernetes manifests of a workspace: a Volcano Job, its token Secret and config ConfigMap.
+
+Pure functions (no cluster contact), so `--dry-run` and tests see exactly what deploy
+submits. One task per group of alike nodes; the master task gives the rendezvous a
+stable DNS name (`<job>-master-0.<job>`) through Volcano's svc plugin.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Iterable
+
+import yaml
+
+from core.kubernetes.names import job_name, label_value, rocm_variant, validate_image
+from core.domain.records import Cluster, WorkspaceSpec
+from core.state.secret_store import TOKEN_ENV
+from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, allocate, dist_backend
+from core.kubernetes.recovery_manifests import add_recovery
+
+API_VERSION = "batch.volcano.sh/v1alpha1"
+DEFAULT_IMAGE = "ghcr.io/geotrain/recipes:0.1.0"
+DEFAULT_QUEUE = "geotrain"
+MAX_RETRY = 3  # whole-job restarts by Volcano (PodFailed / PodEvicted)
+MAX_RESTARTS = 3  # worker-group restarts by torchrun inside a pod
+RDZV_PORT = 29400
+RDZV_WAIT_S = 600  # how long a pod waits for the headless Service to resolve (volcano#3753)
+# c10d rendezvous across a WAN: joins wait for image pulls on far nodes; store reads
+# tolerate slow round trips.
+RDZV_CONF = "join_timeout=900,read_timeout=120,last_call_timeout=30,close_timeout=60"
+CONFIG_DIR = "/etc/geotrain"
+WORK_DIR = "/workspace"  # an emptyDir: checkpoints outlive a container restart, so torchrun resumes
+CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
+WORKSPACE_LABEL = "geotrain.io/workspace"
+WORKSPACE_ANNOTATION = "geotrain.io/workspace-id"
+MANAGED = {"app.kubernetes.io/managed-by": "geotrain"}
+# Several TCP streams per peer fill a long fat pipe better than one.
+WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
+
+WAIT_AND_RUN = """\
+host="$GEOTRAIN_RDZV_HOST"
+deadline=$(( $(date +%s) + GEOTRAIN_RDZV_WAIT_S ))
+until getent hosts "$host" >/dev/null 2>&1; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "geotrain: $host did not resolve within ${GEOTRAIN_RDZV_WAIT_S}s: no headless Service (is Volcano's svc plugin on?)" >&2
+    exit 1
+  fi
+  sleep 2
+done
+exec """
+
+
+def secret_name(workspace_id: str) -> str:
+    return f"{job_name(workspace_id)}-tokens"
+
+
+def config_map_name(workspace_id: str) -> str:
+    return f"{job_name(workspace_id)}-config"
+
+
+def token_env_names(spec: WorkspaceSpec) -> list[str]:
+    """Env var names of the tokens a spec refers to (wandb -> WANDB_API_KEY …)."""
+    return sorted(TOKEN_ENV.get(kind, kind.upper().replace("-", "_")) for kind in spec.tokens)
+
+
+def _metadata(workspace_id: str, name: str, namespace: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace,
+            "labels": {WORKSPACE_LABEL: label_value(workspace_id), **MANAGED},
+            "annotations": {WORKSPACE_ANNOTATION: workspace_id}}
+
+
+def recipe_config(spec: WorkspaceSpec, backend: str | None = None) -> dict[str, Any]:
+    """The recipe's YAML: the config core.workspaces resolved, with pod paths and backend.
+
+    The collective backend is pinned when the job mixes vendors or CPUs (gloo): left on
+    "auto", NVIDIA and AMD ranks would each pick their own NCCL/RCCL.
+    """
+    config = dict(spec.config) if spec.config else {
+        "model": spec.model, "size": spec.size, "gradient_compression": spec.preset,
+        "steps": spec.steps}
+    config["out_dir"] = f"{WORK_DIR}/out"
+    if backend:
+        config["dist"] = {**(config.get("dist") or {}), "backend": backend}
+    return config
+
+
+def render_config_map(workspace_id: str, spec: WorkspaceSpec, namespace: str,
+                      backend: str | None = None) -> dict[str, Any]:
+    config = recipe_config(spec, backend)
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _metadata(workspace_id, config_map_name(workspace_id), namespace),
+            "data": {"config.yaml": yaml.safe_dump(config, sort_keys=False)}}
+
+
+def render_secret(workspace_id: str, tokens: dict[str, str], namespace: str) -> dict[str, Any]:
+    """The token Secret; `tokens` maps env var names to values."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _metadata(workspace_id, secret_name(workspace_id), namespace),
+            "stringData": dict(sorted(tokens.items()))}
+
+
+def _torchrun(job: str, nnodes: int, slots: int, is_host: bool) -> str:
+    args = ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={slots}",
+            f"--max-restarts={MAX_RESTARTS}", "--rdzv-backend=c10d",
+            f"--rdzv-id={job}", f"--rdzv-conf={RDZV_CONF},is_host={int(is_host)}",
+            "--monitor-interval=1", "-m", "recipes.train", "--config", CONFIG_FILE]
+    # The endpoint and local address come from the environment at run time.
+    return (shlex.join(args[:5]) + ' --rdzv-endpoint="$host:' + str(RDZV_PORT) + '"'
+            + ' --local-addr="$POD_IP" ' + shlex.join(args[5:]))
+
+
+def _env(workspace_id: str, job: str, backend: str, group: NodeGroup,
+         secret_keys: Iterable[str]) -> list[dict[str, Any]]:
+    plain = {"GEOTRAIN_WORKSPACE": workspace_id, "GEOTRAIN_RDZV_HOST": f"{job}-master-0.{job}",
+             "GEOTRAIN_RDZV_WAIT_S": str(RDZV_WAIT_S), "GEOTRAIN_DIST_BACKEND": backend,
+             "PYTHONUNBUFFERED": "1"}
+    if group.vendor != "cpu":
+        plain.update(WAN_NCCL_ENV)
+    env: list[dict[str, Any]] = [{"name": "POD_IP",
+                                  "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    env += [{"name": k, "value": v} for k, v in plain.items()]
+    env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": f"{job}-tokens", "key": key}}}
+            for key in sorted(secret_keys)]
+    return env
+
+
+def _resources(group: NodeGroup) -> dict[str, Any]:
+    if group.vendor == "cpu":
+        return {"requests": {"cpu": "1", "memory": "2Gi"}}
+    count = str(group.gpus)
+    return {"requests": {"cpu": "1", "memory": "4Gi"},
+            "limits": {GPU_RESOURCE[group.vendor]: count}}
+
+
+def _affinity(workspace_id: str, group: NodeGroup) -> dict[str, Any]:
+    """One worker per node (anti-affinity), and only on the nodes of its group."""
+    affinity: dict[str, Any] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {WORKSPACE_LABEL: label_value(workspace_id)}},
+        "topologyKey": "kubernetes.io/hostname"}]}}
+    if group.hostnames:
+        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "kubernetes.io/hostname", "operator": "In",
+                "values": list(group.hostnames)}]}]}}
+    return affinity
+
+
+def _pod_template(workspace_id: str, job: str, image: str, cluster: Cluster, group: NodeGroup,
+                  nnodes: int, backend: str, is_host: bool, secret_keys: Iterable[str]) -> dict:
+    container = {
+        "name": "trainer",
+        "image": rocm_variant(image) if group.vendor == "amd" else image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", WAIT_AND_RUN + _torchrun(job, nnodes, group.slots, is_host)],
+        "env": _env(workspace_id, job, backend, group, secret_keys),
+        "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
+        "resources": _resources(group),
+        "workingDir": WORK_DIR,
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                         {"name": "work", "mountPath": WORK_DIR},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    spec: dict[str, Any] = {
+        "restartPolicy": "OnFailure",
+        "containers": [container],
+        "affinity": _affinity(workspace_id, group),
+        "volumes": [{"name": "config", "configMap": {"name": f"{job}-config"}},
+                    {"name": "work", "emptyDir": {}},
+                    {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+    runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
+    if runtime_class is None and group.vendor == "nvidia" and cluster.kind == "geotrain":
+        runtime_class = "nvidia"  # k3s registers it when it finds the NVIDIA container runtime
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    labels = {WORKSPACE_LABEL: label_value(workspace_id), **MANAGED}
+    return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def _task_names(placed: list[tuple[NodeGroup, int]]) -> list[str]:
+    if len(placed) == 1:
+        return ["worker"]
+    names: list[str] = []
+    for group, _ in placed:
+        name = f"worker-{group.vendor}"
+        same = sum(n.startswith(name) for n in names)
+        names.append(f"{name}{same + 1}" if same else name)
+    return names
+
+
+def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
+                       groups: list[NodeGroup], namespace: str = "default",
+                       secret_keys: Iterable[str] = ()) -> dict[str, Any]:
+    """The Volcano Job: a master task and one worker task per node group, gang-scheduled."""
+    image = validate_image(spec.image or cluster.config.get("image") or DEFAULT_IMAGE)
+    placed = allocate(groups, spec.workers, cluster.name)
+    job, backend, keys = job_name(workspace_id), dist_backend(placed), list(secret_keys)
+    template = lambda group, is_host: _pod_template(  # noqa: E731
+        workspace_id, job, image, cluster, group, spec.workers, backend, is_host, keys)
+    tasks = [{"name": "master", "replicas": 1, "minAvailable": 1,
+              "template": template(placed[0][0], True),
+              "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]}]
+    for (group, count), name in zip(placed, _task_names(placed)):
+        count -= 1 if group is placed[0][0] else 0
+        if count:
+            tasks.append({"name": name, "replicas": count, "minAvailable": count,
+                          "template": template(group, False)})
+    return add_recovery({
+        "apiVersion": API_VERSION, "kind": "Job",
+        "metadata": _metadata(workspace_id, job, namespace),
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": cluster.config.get("queue") or DEFAULT_QUEUE,
+            "minAvailable": spec.workers,
+            "maxRetry": MAX_RETRY,
+            "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
+            "policies": [{"event": "PodEvicted", "action": "RestartJob"},
+                         {"event": "PodFailed", "action": "RestartJob"}],
+            "tasks": tasks,
+        },
+    }, spec)
+
+
+def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
+                     groups: list[NodeGroup], namespace: str,
+                     tokens: dict[str, str]) -> list[dict[str, Any]]:
+    """ConfigMap, Secret (when there are tokens) and Job, in the order they are created."""
+    job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens)
+    backend = dist_backend(allocate(groups, spec.workers, cluster.name))
+    out = [render_config_map(workspace_id, spec, namespace, backend)]
+    if tokens:
+        out.append(render_secret(workspace_id, tokens, namespace))
+    return out + [job]
+
+
+def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
+    """YAML for people: a Secret shows its keys only, never values."""
+    shown = []
+    for manifest in manifests:
+        if manifest["kind"] == "Secret":
+            manifest = {**manifest, "stringData": {k: "<hidden>" for k in manifest["stringData"]}}
+        shown.append(manifest)
+    return yaml.dump_all(shown, Dumper=_ReadableDumper, sort_keys=False, width=100)
+
+
+class _ReadableDumper(yaml.SafeDumper):
+    """Multi-line strings (the pod's shell script, config.yaml) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_ReadableDumper.add_representer(str, _str)

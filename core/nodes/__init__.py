@@ -1,0 +1,3 @@
+"""The node pool over SSH: connections and pinned host keys, facts, status, import files.
+
+The only home of paramiko (nodes/ssh.py); imports core.state, core.domain, core.schema."""

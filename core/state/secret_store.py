@@ -1,0 +1,84 @@
+"""Tokens (W&B, HF, join tokens, passwords) in one 0600 file, and redaction for logs.
+
+The database and manifests hold only references ("ws-abc/wandb"); the values live here
+and reach workers through their environment.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from core.state import paths
+from core.errors import GeotrainError
+
+_MIN_SECRET_LEN = 6
+# Token kind -> the environment variable that carries it to workers.
+TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN"}
+
+
+class SecretStore:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path else paths.secrets_path()
+
+    def _load(self) -> dict[str, str]:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (ValueError, UnicodeDecodeError):
+            raise GeotrainError(f"the secret store {self.path} is corrupt",
+                                "move it away and pass your tokens again") from None
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise read-modify-write between the app and the CLI."""
+        with open(self.path.with_name(".secrets.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _save(self, data: dict[str, str]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".secrets-")
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(data, handle)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        os.chmod(self.path, 0o600)
+
+    def put(self, ref: str, value: str) -> str:
+        with self._locked():
+            data = self._load()
+            data[ref] = value
+            self._save(data)
+        return ref
+
+    def get(self, ref: str) -> str | None:
+        return self._load().get(ref)
+
+    def delete_prefix(self, prefix: str) -> None:
+        with self._locked():
+            data = self._load()
+            kept = {k: v for k, v in data.items() if not k.startswith(prefix)}
+            if kept != data:
+                self._save(kept)
+
+    def values(self) -> list[str]:
+        return list(self._load().values())
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """Replace every occurrence of a known secret (and bearer-like tokens) with ***."""
+    for value in sorted(secrets, key=len, reverse=True):
+        if value and len(value) >= _MIN_SECRET_LEN:
+            text = text.replace(value, "***")
+    return re.sub(r"(?i)(authorization:\s*bearer\s+)\S+", r"\1***", text)

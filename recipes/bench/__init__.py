@@ -1,0 +1,1 @@
+"""Benchmarks and WAN emulation: tools run beside training, never by a training pod."""

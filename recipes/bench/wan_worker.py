@@ -1,0 +1,111 @@
+"""A `recipes.train` worker that also measures how long it waits on the network.
+
+    torchrun ... -m recipes.bench.wan_worker --config C [overrides] 
+
+It times every blocking torch.distributed call and every wait on an async one,
+starts the clock at the first training step (after a barrier, so ranks start
+together) and writes <out_dir>/wan_stats.rank<R>.json when training ends:
+loop wall time, network wait, parameter count. Compute utilization is then
+(loop - wait) / loop. It also registers the bench's model sizes `gpt-neo/wan` and `wan-wide`:
+wide enough that a 50 Mbit/s link, not the CPU, bounds DDP — the regime of real
+models across a WAN — yet a few seconds of CPU per method.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+
+from recipes import catalog, train
+
+BENCH_SIZES = {
+    "wan": dict(hidden_size=128, num_layers=2, num_heads=4, vocab_size=256,
+                max_position_embeddings=256, window_size=64),  # 0.46M params
+    "wan-wide": dict(hidden_size=256, num_layers=2, num_heads=4, vocab_size=256,
+                     max_position_embeddings=256, window_size=64),  # 1.71M params
+}
+for _name, _spec in BENCH_SIZES.items():
+    catalog.MODEL_SIZES["gpt-neo"].setdefault(_name, _spec)
+
+STATS = {"wait_s": 0.0, "loop_start": None, "loop_end": None, "params": 0, "calls": 0}
+
+
+class TimedWork:
+    """An async handle whose wait() is charged to the network."""
+
+    def __init__(self, work) -> None:
+        self._work = work
+
+    def wait(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self._work.wait(*args, **kwargs)
+        finally:
+            STATS["wait_s"] += time.perf_counter() - start
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def timed(fn):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        STATS["calls"] += 1
+        if kwargs.get("async_op") and result is not None:
+            return TimedWork(result)
+        STATS["wait_s"] += time.perf_counter() - start
+        return result
+    return call
+
+
+def install() -> None:
+    for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"):
+        setattr(dist, name, timed(getattr(dist, name)))
+    first_step = train.Trainer.train_step
+    evaluate = train.Trainer.evaluate
+
+    def train_step(self):
+        if STATS["loop_start"] is None:
+            if dist.is_initialized():
+                dist.barrier()
+            STATS["params"] = sum(p.numel() for p in self.model.parameters())
+            STATS["wait_s"] = 0.0
+            STATS["loop_start"] = time.time()
+        return first_step(self)
+
+    def timed_evaluate(self):
+        STATS["loop_end"] = time.time()
+        STATS["out_dir"] = str(self.out_dir)
+        return evaluate(self)
+
+    train.Trainer.train_step = train_step
+    train.Trainer.evaluate = timed_evaluate
+
+
+def write_stats() -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    if STATS["loop_start"] is None or STATS["loop_end"] is None:
+        return
+    out = Path(STATS["out_dir"]) / f"wan_stats.rank{rank}.json"
+    loop = STATS["loop_end"] - STATS["loop_start"]
+    out.write_text(json.dumps({**STATS, "rank": rank, "loop_s": loop,
+                               "utilization": max(0.0, loop - STATS["wait_s"]) / loop if loop > 0 else None}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    install()
+    code = train.main(argv)
+    write_stats()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
