@@ -25,16 +25,11 @@ import psutil
 
 from core.backends.local.run_history import RunHistory
 from core.backends.local.worker_pool import WorkerPool, describe_exit, pool_environment, recoveries_used
+from core.state.atomic_files import write_atomically
 from core.state.secret_store import SecretStore, redact
 
 RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:(.*)$")
 MARKER = "GEOTRAIN_WORKSPACE"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def workspace_processes(workspace_id: str, exclude: int | None = None) -> list[psutil.Process]:
@@ -108,12 +103,12 @@ def run(run_dir: Path) -> int:
         if value:
             env[var] = value
             values.append(value)
-    write_atomic(run_dir / "supervisor.pid", str(os.getpid()))
+    write_atomically(run_dir / "supervisor.pid", str(os.getpid()))
     history = RunHistory(run_dir)
 
     def stop(signum, _frame):
         kill_all(workspace_processes(launch["workspace_id"]), 10)
-        write_atomic(run_dir / "exit_code", str(128 + signum))
+        write_atomically(run_dir / "exit_code", str(128 + signum))
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
@@ -122,7 +117,7 @@ def run(run_dir: Path) -> int:
         code = WorkerPool(run_dir, launch, pool_environment(env), history, values).run()
     else:
         code = run_group(run_dir, launch, env, history, values)
-    write_atomic(run_dir / "exit_code", str(code))
+    write_atomically(run_dir / "exit_code", str(code))
     return code
 
 
@@ -180,7 +175,7 @@ def main(argv: list[str]) -> int:
         return run(run_dir)
     except Exception as exc:  # a supervisor crash must still leave an exit code behind
         (run_dir / "logs" / "launcher.log").open("a").write(f"supervisor error: {exc}\n")
-        write_atomic(run_dir / "exit_code", "70")
+        write_atomically(run_dir / "exit_code", "70")
         return 70
 
 

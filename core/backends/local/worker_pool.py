@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from core.backends.local.run_history import RunHistory
+from core.state.atomic_files import write_atomically
 from core.state.secret_store import redact
 
 POLL_S = 0.2
@@ -106,9 +107,7 @@ class WorkerPool:
         pids = {str(r): p.pid for r, p in self.procs.items() if p.poll() is None}
         if self.spare is not None and self.spare.poll() is None:
             pids["spare"] = self.spare.pid
-        tmp = self.run_dir / "workers.json.tmp"
-        tmp.write_text(json.dumps(pids))
-        tmp.replace(self.run_dir / "workers.json")
+        write_atomically(self.run_dir / "workers.json", json.dumps(pids))
 
     def _pump(self, rank: int, proc: subprocess.Popen) -> None:
         name = f"worker-{rank}"
