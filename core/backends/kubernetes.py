@@ -23,6 +23,7 @@ from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, ma
 from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.state.secret_store import SecretStore
+from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
 
@@ -47,6 +48,7 @@ class KubernetesBackend(Backend):
         self.namespace = cluster.config.get("namespace") or "default"
         self.log_poll_s, self.log_read_timeout_s = log_poll_s, log_read_timeout_s
         self._api: client.ApiClient | None = None
+        self._rank0_pod: dict[str, str] = {}  # workspace id -> the pod whose log showed rank 0
 
     # helpers -------------------------------------------------------------------
     @property
@@ -75,7 +77,18 @@ class KubernetesBackend(Backend):
         if problems:
             raise BackendError(f"the rendered Volcano job would be refused: {problems[0]}",
                                "this is a geotrain bug; please report it with the spec")
+        self._check_pod_security(manifests[-1])
         return manifests
+
+    def _check_pod_security(self, job: dict[str, Any]) -> None:
+        """Refuse here what the namespace's Pod Security admission would refuse silently
+        (the job would sit Pending); the level was read at registration."""
+        level = self.cluster.config.get(POD_SECURITY_KEY)
+        refused = job_violations(job, level) if level and level != "privileged" else []
+        if refused:
+            raise InvalidInput(f"namespace {self.namespace} enforces Pod Security {level!r}, which "
+                               f"refuses these pods ({refused[0]})",
+                               "keep checkpoints on a claim (recovery.pvc), not a node directory")
 
     # Backend -------------------------------------------------------------------
     def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
@@ -259,12 +272,27 @@ class KubernetesBackend(Backend):
         return None
 
     def metrics(self, workspace_id: str) -> list[dict]:
-        """Progress rows parsed from rank 0's recent log lines (metrics.jsonl stays in the pod)."""
+        """Progress rows from rank 0's recent log lines (metrics.jsonl stays in the pod).
+
+        c10d rendezvous gives rank 0 to whichever agent it orders first, not necessarily
+        master-0, so rank 0's pod is the one whose lines say `[rank 0]`: the pod found last
+        time is read first, then master-0, then the others (a restart may move rank 0)."""
+        remembered = self._rank0_pod.get(workspace_id)
         master = f"{job_name(workspace_id)}-master-0"
+        names = sorted((p["metadata"]["name"] for p in self._pods(workspace_id)),
+                       key=lambda name: (name != remembered, name != master, name))
+        for name in names:
+            rows = self._progress_rows(name)
+            if rows:
+                self._rank0_pod[workspace_id] = name
+                return rows
+        return []
+
+    def _progress_rows(self, pod_name: str) -> list[dict]:
         try:
-            with self._errors("reading the master's log"):
+            with self._errors(f"reading the log of {pod_name}"):
                 response = client.CoreV1Api(self.api).read_namespaced_pod_log(
-                    master, self.namespace, container=CONTAINER, tail_lines=METRICS_TAIL_LINES,
+                    pod_name, self.namespace, container=CONTAINER, tail_lines=METRICS_TAIL_LINES,
                     _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except ApiError:
             return []  # not started yet, or gone

@@ -1,4 +1,9 @@
-"""containerd: installed from the distribution, configured for k3s, kept running.
+"""containerd: a version the k3s being installed supports, configured for k3s, kept running.
+
+The floor per Kubernetes minor is containerd's own table (see versions.py). A missing or
+too old containerd is replaced by the pinned static release for the node's architecture
+(downloaded, or `containerd-<v>-linux-<arch>.tar.gz` from the air-gap bundle) in
+/usr/local, which comes first on PATH; runc comes from the distribution.
 
 SystemdCgroup follows the init system (the systemd cgroup driver needs systemd as
 PID 1); the CNI paths point at the plugins k3s unpacks, so k3s can use this containerd
@@ -8,8 +13,10 @@ through --container-runtime-endpoint. NVIDIA nodes get the nvidia runtime as def
 from __future__ import annotations
 
 import hashlib
+import shlex
+from pathlib import Path
 
-from core.bootstrap import host_facts, packages, services
+from core.bootstrap import host_facts, packages, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
@@ -27,6 +34,31 @@ NVIDIA_REPO = ("curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey"
                "keyrings/nvidia-container-toolkit-keyring.gpg] https://#g'"
                " > /etc/apt/sources.list.d/nvidia-container-toolkit.list")
 COMMANDS = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
+PREFIX = "/usr/local"
+DOWNLOADS = "/var/lib/geotrain/downloads"
+UNIT_PATH = "/etc/systemd/system/containerd.service"  # before the distribution's /lib unit
+# containerd's own unit (containerd/containerd containerd.service), for the release binary.
+UNIT = """[Unit]
+Description=containerd container runtime (geotrain, release {version})
+Documentation=https://containerd.io
+After=network.target local-fs.target dbus.service
+
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart={prefix}/bin/containerd --config {config}
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+"""
 ANSWERS = f"test -S {SOCKET} && ctr --address {SOCKET} --timeout 2s version >/dev/null 2>&1"
 RUNTIMES = 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
 
@@ -63,9 +95,66 @@ def render_config(systemd_cgroup: bool, nvidia: bool) -> str:
     return "\n".join(lines)
 
 
+UNIT = UNIT.format(version=versions.CONTAINERD_VERSION, prefix=PREFIX, config=CONFIG_PATH)
+
+
+def verdict(facts: dict, k3s_version: str) -> str:
+    """'ok', or 'install' (missing or below the floor for this Kubernetes minor)."""
+    have = facts.get("containerd_version")
+    return "ok" if have and versions.containerd_supported(have, k3s_version) else "install"
+
+
+def release_command(arch: str, tarball: str | None) -> str:
+    """Unpack the pinned release into /usr/local; a download is checked against its sha256."""
+    work = download_path(arch)
+    if tarball:
+        fetch = f"test -f {shlex.quote(work)}"
+    else:
+        url, sums = versions.containerd_urls(arch)
+        fetch = (f"mkdir -p -m 700 {DOWNLOADS} && curl -sfL --retry 3 -o {shlex.quote(work)} {shlex.quote(url)} && curl -sfL "
+                 f"--retry 3 {shlex.quote(sums)} | sed {shlex.quote('s# .*# ' + work + '#')}"
+                 " | sha256sum -c -")
+    return f"{fetch} && tar -C {PREFIX} -xzf {shlex.quote(work)} bin/ && rm -f {shlex.quote(work)}"
+
+
+def download_path(arch: str) -> str:
+    """Where the tarball lands: a root-only dir, never a name another user could pre-create."""
+    return f"{DOWNLOADS}/{versions.containerd_tarball(arch)}"
+
+
+def bundle_tarball(bundle: str | None, arch: str) -> Path | None:
+    if not bundle:
+        return None
+    path = Path(bundle) / versions.containerd_tarball(arch)
+    return path if path.is_file() else None
+
+
+def _install_release(ctx: DeployContext, target: NodeTarget, arch: str) -> str:
+    local = bundle_tarball(ctx.plan.k3s.bundle, arch)
+    if local:
+        target.session.change(f"mkdir -p -m 700 {DOWNLOADS}", what="creating the download dir")
+        target.session.put(download_path(arch), local.read_bytes(), mode=0o600)
+    target.session.change(release_command(arch, str(local) if local else None), timeout=900,
+                          what=f"installing containerd {versions.CONTAINERD_VERSION} ({arch})")
+    if target.facts.get("systemd") and target.session.ensure_file(UNIT_PATH, UNIT, mode=0o644):
+        target.session.change("systemctl daemon-reload", what="reloading systemd")
+    target.state["containerd_release"] = versions.CONTAINERD_VERSION
+    target.facts["containerd_binary_changed"] = True  # restart on the new binary
+    return f"containerd {versions.CONTAINERD_VERSION} ({arch})"
+
+
 def _install(ctx: DeployContext, target: NodeTarget) -> str:
     facts = host_facts.gather(target)
-    installed = packages.ensure_commands(target, COMMANDS, "containerd:missing")
+    installed = []
+    if verdict(facts, ctx.plan.k3s.version) == "install" or ctx.dry_run:
+        try:
+            arch = versions.release_arch(facts.get("arch"))
+        except versions.UnsupportedArch as exc:
+            raise StepFailed(f"{target.name}: {exc}: install containerd "
+                             f"{versions.containerd_floor_text(ctx.plan.k3s.version)} yourself")
+        if "k3s" in ctx.shared.get("steps", ["k3s"]) or not facts.get("containerd_version"):
+            installed.append(_install_release(ctx, target, arch))
+    installed += packages.ensure_commands(target, {"runc": "runc"}, "containerd:missing")
     if facts.get("nvidia_gpus") and not target.fact("nvidia-ctk", "command -v nvidia-ctk").ok:
         if not facts.get("apt"):
             raise StepFailed(f"{target.name} has NVIDIA GPUs but no nvidia-container-toolkit, and "
@@ -92,7 +181,8 @@ def _configure(ctx: DeployContext, target: NodeTarget) -> str:
 
 
 def _run(ctx: DeployContext, target: NodeTarget) -> str:
-    restart = target.facts.get("containerd_config_changed", False)
+    restart = (target.facts.get("containerd_config_changed", False)
+               or target.facts.get("containerd_binary_changed", False))
     ready = services.Ready(ANSWERS, f"containerd to answer on {SOCKET}", timeout=60)
     changed = services.ensure_running(target, "containerd",
                                       ["containerd", "--config", CONFIG_PATH], "containerd",
@@ -103,7 +193,7 @@ def _run(ctx: DeployContext, target: NodeTarget) -> str:
 
 
 def _probe(ctx: DeployContext, target: NodeTarget) -> dict[str, str]:
-    return {"containerd:missing": packages.missing_probe(COMMANDS),
+    return {"containerd:missing": packages.missing_probe(["runc"]),
             "nvidia-ctk": "command -v nvidia-ctk", f"file:{CONFIG_PATH}": file_state(CONFIG_PATH),
             **services.probe("containerd", "containerd"), "containerd:answer": ANSWERS}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.state import paths
-from core.bootstrap import load_steps
+from core.bootstrap import load_steps, versions
 from core.bootstrap.plan import (ClusterPlan, DeployContext, K3sOptions, NodeSpec, NodeTarget,
                                  ProgressEvent, VolcanoOptions, assign_mesh_ips, parse_subnet)
 from core.bootstrap.runner import DeploySummary, Step, run_steps
@@ -67,6 +67,8 @@ def _config_to_plan(name: str, config: dict, specs: list[NodeSpec]) -> ClusterPl
             setattr(plan, key, config[key])
     plan.k3s = K3sOptions(**config.get("k3s", {}))
     plan.volcano = VolcanoOptions(**config.get("volcano", {}))
+    # a record from before the pairing (e.g. Volcano v1.10 on k3s 1.31) gets the paired release
+    plan.volcano.version = versions.volcano_for(plan.k3s.version)
     return plan
 
 
@@ -147,7 +149,9 @@ def _targets(store: Store, plan: ClusterPlan, factory: ShellFactory | None, dry_
                               log, secret_values, dry_run=dry_run, sudo=node.username != "root")
         gpus = node.facts.get("gpus") or []
         facts = {"nvidia_gpus": any("nvidia" in str(g).lower() for g in gpus),
-                 "amd_gpus": any("amd" in str(g).lower() for g in gpus)}
+                 "amd_gpus": any("amd" in str(g).lower() for g in gpus),
+                 "arch": (node.facts.get("system") or {}).get("arch") or None,
+                 "public_ip": node.facts.get("public_ip")}
         targets[spec.name] = NodeTarget(spec, session, facts=facts,
                                         state=members.get(spec.name, {}).get("state", {}))
     return targets
@@ -232,6 +236,7 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
     targets = _targets(store, plan, shell_factory, dry_run, log, secret_values)
     ctx = DeployContext(plan, targets, log, secrets={"k3s-token": token}, dry_run=dry_run,
                         on_event=on_event)
+    ctx.shared["steps"] = [step.name for step in steps]  # preflight judges containerd by them
     ctx.shared["measured"] = measured_pairs(store, plan.name)
     ctx.shared["remeasure"] = only == ["netmatrix"]
     before = _record_start(store, plan) if record else None

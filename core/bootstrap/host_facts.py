@@ -7,9 +7,11 @@ is pure and tested from recorded output.
 from __future__ import annotations
 
 from core.bootstrap.plan import NodeTarget
+from core.nodes.facts import containerd as containerd_fact
 
 COMMAND = r"""
 echo "kernel=$(uname -s)"
+echo "arch=$(uname -m)"
 echo "uid=$(id -u)"
 ( . /etc/os-release 2>/dev/null; echo "os_id=$ID"; echo "os_like=$ID_LIKE"; echo "os_version=$VERSION_ID" )
 echo "pid1=$(cat /proc/1/comm 2>/dev/null)"
@@ -20,7 +22,7 @@ if [ -e /dev/kfd ]; then echo amd=1; fi
 echo "addrs=$(ip -o -4 addr show 2>/dev/null | awk '{split($4,a,"/"); printf "%s ", a[1]}')"
 if [ -d /sys/module/wireguard ] || modprobe -n -q wireguard 2>/dev/null; then echo wg_kernel=1; fi
 ss -Hlntup 2>/dev/null | awk '{print "listen=" $1 " " $5 " " $7}'
-"""
+""" + f"( {containerd_fact.COMMAND} ) | sed 's/^/containerd=/'\n"
 
 
 DRY_RUN_FACTS = {"kernel": "Linux", "uid": 0, "apt": True, "systemd": True, "listen": [],
@@ -29,6 +31,7 @@ DRY_RUN_FACTS = {"kernel": "Linux", "uid": 0, "apt": True, "systemd": True, "lis
 
 def parse(output: str) -> dict:
     facts: dict = {"listen": [], "docker": False, "amd_gpus": False, "wg_kernel": False}
+    containerd_lines = []
     for line in output.splitlines():
         key, _, value = line.partition("=")
         value = value.strip()
@@ -42,6 +45,8 @@ def parse(output: str) -> dict:
             facts[key] = int(value) if value.isdigit() else None
         elif key == "addrs":
             facts["addrs"] = value.split()
+        elif key == "containerd":
+            containerd_lines.append(value)
         elif key == "docker":
             facts["docker"] = True
         elif key == "amd":
@@ -50,6 +55,8 @@ def parse(output: str) -> dict:
             facts["wg_kernel"] = True
         elif key:
             facts[key] = value
+    found = containerd_fact.parse("\n".join(containerd_lines))
+    facts["containerd_version"] = found["version"] if found["installed"] else None
     facts["systemd"] = facts.get("pid1") == "systemd"
     facts["nvidia_gpus"] = bool(facts.get("nvidia"))
     like = f"{facts.get('os_id', '')} {facts.get('os_like', '')}"

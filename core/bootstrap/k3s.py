@@ -8,21 +8,35 @@ Every wait is bounded and its message names the node and what it waited for.
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
+import socket
 from pathlib import Path
 
 import yaml
 
-from core.bootstrap import host_facts, services
+from core.bootstrap import host_facts, services, versions
 from core.bootstrap.containerd import SOCKET
-from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeTarget
+from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
 
 BIN = "/usr/local/bin/k3s"
 CONFIG_DIR = "/etc/rancher/k3s"
 IMAGES_DIR = "/var/lib/rancher/k3s/agent/images"
-RELEASES = "https://github.com/k3s-io/k3s/releases/download"
+API_PORT = 6443
+GPU_VENDOR_LABEL = "geotrain.io/gpu-vendor"  # set from the facts; device plugins select on it
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Plain YAML for files and --dry-run: a value used twice is written twice, never `&id001`."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def dump(data) -> str:
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=True)
 
 
 def config_path(plan: ClusterPlan) -> str:
@@ -34,32 +48,116 @@ def token_path(plan: ClusterPlan) -> str:
 
 
 def kubectl(plan: ClusterPlan) -> str:
-    return f"{plan.k3s.bin_dir}/k3s kubectl --kubeconfig {plan.k3s.config_dir}/k3s.yaml"
+    return (f"{shlex.quote(plan.k3s.bin_dir + '/k3s')} kubectl --kubeconfig "
+            f"{shlex.quote(plan.k3s.config_dir + '/k3s.yaml')}")
+
+
+def resolve_host(name: str) -> list[str]:
+    """The addresses `name` resolves to here, IPv4 first, sorted (deterministic); [] if none."""
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return []
+    found = {ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}
+    return [str(a) for a in sorted(found, key=lambda a: (a.version, int(a)))]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def public_host(spec: NodeSpec) -> str:
+    """The host peers reach the node at: the endpoint override's host, else the node's host."""
+    endpoint = spec.endpoint
+    if not endpoint:
+        return spec.host
+    if endpoint.startswith("["):
+        return endpoint[1:endpoint.index("]")]
+    return endpoint.rsplit(":", 1)[0] if endpoint.count(":") == 1 else endpoint
+
+
+def external_ips(spec: NodeSpec, seen_public: str | None = None) -> list[str]:
+    """k3s's node-external-ip takes IP addresses only ("invalid ip format" for a name).
+
+    A name is resolved here (IPv4 first); where it does not resolve here (e.g. only behind
+    a jump host), the public address the node's facts saw; else a one-line error.
+    """
+    host = spec.external_ip or public_host(spec)
+    if _is_ip(host):
+        return [host]
+    addresses = resolve_host(host) or ([seen_public] if seen_public and _is_ip(seen_public)
+                                       else [])
+    if not addresses:
+        raise StepFailed(f"{spec.name}: its public host {host!r} does not resolve to an address, "
+                         "and k3s needs an IP for node-external-ip: make the name resolve on "
+                         "this machine, or give the node its public IP (--endpoint NODE=IP)")
+    return addresses[:1]
+
+
+def node_ip(plan: ClusterPlan, spec: NodeSpec) -> str:
+    """node-ip / advertise-address take IPs: the mesh IP, or (no mesh) the host resolved here."""
+    address = plan.address(spec)
+    if _is_ip(address):
+        return address
+    found = resolve_host(address)
+    if not found:
+        raise StepFailed(f"{spec.name}: its host {address!r} does not resolve to an address, and "
+                         "k3s needs an IP for node-ip: make the name resolve on this machine, or "
+                         "register the node by its IP")
+    return found[0]
+
+
+def api_host(plan: ClusterPlan) -> str:
+    """The host the stored kubeconfig uses for the API: the server as the user reaches it."""
+    return plan.server.host
+
+
+def api_url(plan: ClusterPlan) -> str:
+    host = api_host(plan)
+    return f"https://[{host}]:{API_PORT}" if ":" in host else f"https://{host}:{API_PORT}"
+
+
+def tls_sans(plan: ClusterPlan, spec: NodeSpec, public: list[str]) -> list[str]:
+    """Every name and address the API is reached at, so the kubeconfig's server always matches."""
+    names = {plan.address(spec), spec.host, public_host(spec), *public}
+    return sorted(names)
 
 
 def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
     """The k3s configuration of one node (keys are k3s flag names)."""
     spec = target.spec
-    address = plan.address(spec)
+    address = node_ip(plan, spec)
     flags: dict = {"node-name": spec.name, "node-ip": address,
                    "container-runtime-endpoint": f"unix://{SOCKET}",
                    "token-file": token_path(plan)}
-    public = (spec.endpoint or spec.host).rsplit(":", 1)[0] if spec.endpoint else spec.host
-    behind_nat = spec.external_ip or (public not in target.facts.get("addrs", [public]))
-    if spec.external_ip or behind_nat or (plan.vpn and address != spec.host):
-        flags["node-external-ip"] = spec.external_ip or public
+    public = external_ips(spec, target.facts.get("public_ip"))
+    behind_nat = spec.external_ip or (public[0] not in target.facts.get("addrs", public))
+    if behind_nat or (plan.vpn and address != public[0]):
+        flags["node-external-ip"] = public[0]
     if plan.vpn:
         flags["flannel-iface"] = plan.interface
     if target.facts.get("systemd"):
         flags["kubelet-arg"] = ["cgroup-driver=systemd"]
+    vendor = gpu_vendor(target.facts)
+    if vendor:
+        flags["node-label"] = [f"{GPU_VENDOR_LABEL}={vendor}"]
     if spec.role == "server":
-        flags.update({"advertise-address": address, "tls-san": sorted({address, public}),
+        flags.update({"advertise-address": address, "tls-san": tls_sans(plan, spec, public),
                       "write-kubeconfig": f"{plan.k3s.config_dir}/k3s.yaml",
                       "write-kubeconfig-mode": "0600", "flannel-backend": "vxlan",
                       "disable": ["traefik"]})
     else:
-        flags["server"] = f"https://{plan.address(plan.server)}:6443"
+        flags["server"] = f"https://{plan.address(plan.server)}:{API_PORT}"
     return flags
+
+
+def gpu_vendor(facts: dict) -> str | None:
+    """The value of the GPU-vendor node label the device plugins select on."""
+    return "nvidia" if facts.get("nvidia_gpus") else "amd" if facts.get("amd_gpus") else None
 
 
 def render_config(plan: ClusterPlan, target: NodeTarget) -> str:
@@ -67,7 +165,7 @@ def render_config(plan: ClusterPlan, target: NodeTarget) -> str:
     if plan.vpn:
         head += (f"# Pods get MTU {plan.mtu - VXLAN_OVERHEAD}: flannel's VXLAN takes "
                  f"{VXLAN_OVERHEAD} bytes off {plan.interface}'s {plan.mtu}.\n")
-    return head + yaml.safe_dump(node_flags(plan, target), sort_keys=True)
+    return head + dump(node_flags(plan, target))
 
 
 def service_command(plan: ClusterPlan, role: str) -> list[str]:
@@ -75,45 +173,90 @@ def service_command(plan: ClusterPlan, role: str) -> list[str]:
             "--config", config_path(plan)]
 
 
+def unit_fields(role: str) -> dict[str, list[str]]:
+    """[Service] settings as k3s's install.sh writes them (create_systemd_service_file)."""
+    return {"Type": ["notify" if role == "server" else "exec"], "KillMode": ["process"],
+            "Delegate": ["yes"], "LimitNOFILE": ["1048576"], "LimitNPROC": ["infinity"],
+            "LimitCORE": ["infinity"], "TasksMax": ["infinity"], "TimeoutStartSec": ["0"],
+            "Restart": ["always"], "RestartSec": ["5s"],
+            "ExecStartPre": ["-/sbin/modprobe br_netfilter", "-/sbin/modprobe overlay"]}
+
+
 def render_unit(plan: ClusterPlan, role: str) -> str:
-    return ("[Unit]\nDescription=k3s (geotrain)\nWants=network-online.target containerd.service\n"
-            "After=network-online.target containerd.service\n\n[Service]\nType=notify\n"
-            f"ExecStart={' '.join(service_command(plan, role))}\nKillMode=process\n"
-            "Delegate=yes\nLimitNOFILE=1048576\nRestart=always\nRestartSec=5s\n\n"
-            "[Install]\nWantedBy=multi-user.target\n")
+    service = "".join(f"{key}={value}\n" for key, values in unit_fields(role).items()
+                      for value in values)
+    exec_start = " ".join(shlex.quote(part) for part in service_command(plan, role))
+    return ("[Unit]\nDescription=Lightweight Kubernetes (k3s, geotrain)\n"
+            "Documentation=https://k3s.io\nWants=network-online.target containerd.service\n"
+            "After=network-online.target containerd.service\n\n[Install]\n"
+            "WantedBy=multi-user.target\n\n[Service]\n"
+            f"{service}ExecStart={exec_start}\n")
 
 
 def unit_name(role: str) -> str:
     return "k3s" if role == "server" else "k3s-agent"
 
 
+def bundle_files(bundle: Path, arch: str) -> tuple[Path, Path | None]:
+    """The air-gap bundle's binary and plain-tar images for `arch` (images may be absent:
+    the nodes then pull them), or a one-line error naming the files expected."""
+    binary, images = bundle / versions.k3s_asset(arch), bundle / versions.airgap_images(arch)
+    if arch == "amd64" and not binary.is_file():
+        binary = bundle / "k3s"
+    expected = (f"put the release's {versions.k3s_asset(arch)} and {versions.airgap_images(arch)}"
+                " there (the plain .tar: `ctr images import` does not read .tar.zst)")
+    if not binary.is_file():
+        raise StepFailed(f"air-gap bundle {bundle} has no {binary.name} for {arch}: {expected}")
+    if images.is_file():
+        return binary, images
+    compressed = sorted(p.name for p in bundle.glob(f"{images.name}.*"))
+    if compressed:
+        raise StepFailed(f"air-gap bundle {bundle} has {compressed[0]} but not "
+                         f"{images.name}: {expected}")
+    return binary, None
+
+
 def _install(ctx: DeployContext, target: NodeTarget) -> str:
     plan, session = ctx.plan, target.session
     binary = f"{plan.k3s.bin_dir}/k3s"
-    have = session.fact(f"{binary} --version 2>/dev/null | head -1").stdout
+    have = session.fact(f"{shlex.quote(binary)} --version 2>/dev/null | head -1").stdout
     if plan.k3s.version in have.split():
         return f"k3s {plan.k3s.version} present"
+    arch = _arch(target)
     target.facts["k3s_changed"] = True  # a new binary: the service restarts on it
-    session.change(f"mkdir -p {plan.k3s.bin_dir} {IMAGES_DIR}", what="creating k3s dirs")
+    session.change(f"mkdir -p {shlex.quote(plan.k3s.bin_dir)} {IMAGES_DIR}",
+                   what="creating k3s dirs")
     if plan.k3s.bundle:
-        bundle = Path(plan.k3s.bundle)
-        if not (bundle / "k3s").is_file():
-            raise StepFailed(f"air-gap bundle {bundle} has no k3s binary: put the release's "
-                             "`k3s` and k3s-airgap-images-amd64.tar.zst there")
-        session.put(binary, (bundle / "k3s").read_bytes(), mode=0o755)
-        for image in sorted(bundle.glob("k3s-airgap-images-*")):
-            remote = f"{IMAGES_DIR}/{image.name}"
-            session.put(remote, image.read_bytes(), mode=0o644)
-            session.change(f"ctr --address {SOCKET} -n k8s.io images import {remote}",
-                           timeout=900, what=f"importing {image.name}")
-        return f"k3s installed from bundle {bundle}"
-    base = f"{RELEASES}/{plan.k3s.version.replace('+', '%2B')}"
-    session.change(f"curl -sfL --retry 3 -o {binary}.download {base}/k3s"
-                   f" && curl -sfL --retry 3 {base}/sha256sum-amd64.txt | grep ' k3s$'"
-                   f" | sed 's# k3s$# {binary}.download#' | sha256sum -c -"
-                   f" && chmod 755 {binary}.download && mv {binary}.download {binary}",
-                   timeout=900, what="downloading k3s")
-    return f"k3s {plan.k3s.version} downloaded"
+        local, images = bundle_files(Path(plan.k3s.bundle), arch)
+        session.put(binary, local.read_bytes(), mode=0o755)
+        if images is None:
+            return f"k3s installed from bundle {plan.k3s.bundle} ({arch}; images pulled)"
+        remote = f"{IMAGES_DIR}/{images.name}"
+        session.put(remote, images.read_bytes(), mode=0o644)
+        session.change(f"ctr --address {SOCKET} -n k8s.io images import {shlex.quote(remote)}",
+                       timeout=900, what=f"importing {images.name}")
+        return f"k3s installed from bundle {plan.k3s.bundle} ({arch})"
+    session.change(download_command(plan.k3s.version, arch, binary), timeout=900,
+                   what=f"downloading k3s ({arch})")
+    return f"k3s {plan.k3s.version} downloaded ({arch})"
+
+
+def download_command(version: str, arch: str, binary: str) -> str:
+    """Fetch the `arch` binary and check it against the same architecture's checksum list."""
+    url, sums = versions.k3s_urls(version, arch)
+    asset, part = versions.k3s_asset(arch), shlex.quote(binary + ".download")
+    return (f"curl -sfL --retry 3 -o {part} {shlex.quote(url)}"
+            f" && curl -sfL --retry 3 {shlex.quote(sums)} | grep {shlex.quote(' ' + asset + '$')}"
+            f" | sed {shlex.quote('s# ' + asset + '$# ' + binary + '.download#')} | sha256sum -c -"
+            f" && chmod 755 {part} && mv {part} {shlex.quote(binary)}")
+
+
+def _arch(target: NodeTarget) -> str:
+    host_facts.gather(target)
+    try:
+        return versions.release_arch(target.facts.get("arch"))
+    except versions.UnsupportedArch as exc:
+        raise StepFailed(f"{target.name}: {exc}: use an amd64 or arm64 server") from None
 
 
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
@@ -140,7 +283,7 @@ def _start(target: NodeTarget, plan: ClusterPlan, ready: services.Ready | None =
 
 def _server(ctx: DeployContext, target: NodeTarget) -> str:
     plan = ctx.plan
-    url = f"https://{plan.address(target.spec)}:6443/readyz"
+    url = f"https://{plan.address(target.spec)}:{API_PORT}/readyz"
     ready = services.Ready(f"{kubectl(plan)} get --raw=/readyz >/dev/null 2>&1",
                            f"the Kubernetes API ({url})", plan.k3s.api_timeout, interval=2)
     started = _start(target, plan, ready)

@@ -8,6 +8,7 @@ everything after the cluster, so it can be merged into ~/.kube/config beside oth
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import yaml
@@ -49,13 +50,13 @@ def write_private(path: Path, text: str) -> None:
 
 def _fetch(ctx: DeployContext, target: NodeTarget) -> str:
     plan = ctx.plan
-    result = target.session.fact(f"cat {plan.k3s.config_dir}/k3s.yaml")
+    result = target.session.fact(f"cat {shlex.quote(plan.k3s.config_dir + '/k3s.yaml')}")
     if ctx.dry_run:
         return "kubeconfig fetch skipped (dry run)"
     if not result.ok:
         raise StepFailed(f"no kubeconfig at {plan.k3s.config_dir}/k3s.yaml on {target.name}: "
                          "run the k3s step first")
-    server = f"https://{target.spec.host}:6443"
+    server = k3s.api_url(plan)  # the same host k3s.tls_sans puts in the certificate
     path = cluster_kubeconfig_path(plan.name)
     text = rewrite(result.stdout, plan.name, server)
     if not path.exists() or path.read_text() != text:

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from core.bootstrap import versions
 from core.bootstrap.progress import ProgressEvent
 from core.bootstrap.session import CommandLog, NodeSession
 from core.errors import InvalidInput
@@ -37,8 +38,8 @@ class NodeSpec:
 
 @dataclass
 class K3sOptions:
-    version: str = "v1.31.4+k3s1"
-    bundle: str | None = None  # air-gap: a local dir with k3s, k3s-airgap-images-*.tar*
+    version: str = versions.K3S_VERSION
+    bundle: str | None = None  # air-gap: k3s[-arm64], k3s-airgap-images-<arch>.tar, containerd
     bin_dir: str = "/usr/local/bin"
     config_dir: str = "/etc/rancher/k3s"
     api_timeout: float = 300.0
@@ -47,7 +48,7 @@ class K3sOptions:
 
 @dataclass
 class VolcanoOptions:
-    version: str = "v1.10.0"
+    version: str = versions.volcano_for(versions.K3S_VERSION)  # paired by Volcano's table
     manifest: str | None = None  # a local copy of volcano-development.yaml
     queue: str = "geotrain"
     timeout: float = 300.0

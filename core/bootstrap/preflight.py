@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.bootstrap import host_facts
+from core.bootstrap import containerd, host_facts, versions
 from core.bootstrap.plan import ClusterPlan, DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
@@ -20,9 +20,37 @@ def needed_ports(plan: ClusterPlan, role: str) -> list[tuple[str, int, str]]:
     return ports
 
 
-def blockers(plan: ClusterPlan, target: NodeTarget, facts: dict) -> list[str]:
+def containerd_blockers(plan: ClusterPlan, facts: dict, steps: list[str]) -> list[str]:
+    """Kubernetes needs a containerd its minor supports (containerd's RELEASES.md table).
+
+    Below the floor is fine when this run's containerd step installs the pinned release.
+    """
+    if "k3s" not in steps or "containerd" in steps:
+        return []
+    if containerd.verdict(facts, plan.k3s.version) == "ok":
+        return []
+    have = facts.get("containerd_version") or "missing"
+    return [f"containerd {have} is not one Kubernetes {versions.k8s_minor(plan.k3s.version)} "
+            f"supports ({versions.containerd_floor_text(plan.k3s.version)}): include the "
+            f"containerd step so geotrain installs {versions.CONTAINERD_VERSION}, or upgrade it "
+            "yourself"]
+
+
+def arch_blockers(facts: dict, steps: list[str]) -> list[str]:
+    if not {"k3s", "containerd"} & set(steps):
+        return []
+    try:
+        versions.release_arch(facts.get("arch"))
+    except versions.UnsupportedArch as exc:
+        return [f"{exc}: use an amd64 or arm64 server"]
+    return []
+
+
+def blockers(plan: ClusterPlan, target: NodeTarget, facts: dict,
+             steps: list[str] | None = None) -> list[str]:
     """Everything that stops this node from joining, each with what to do."""
-    found = []
+    steps = list(steps or [])
+    found = containerd_blockers(plan, facts, steps) + arch_blockers(facts, steps)
     if facts.get("kernel") != "Linux":
         found.append(f"not Linux ({facts.get('kernel') or 'unknown'}): use a Linux server")
     if facts.get("uid") != 0 and not facts.get("sudo_ok"):
@@ -50,12 +78,23 @@ def _check(ctx: DeployContext, target: NodeTarget) -> str:
     if facts.get("uid") != 0:
         facts["sudo_ok"] = target.session.fact("sudo -n true", sudo=False).ok
     facts["links"] = target.fact("links", _links_command(ctx)).stdout
-    found = [] if ctx.dry_run else blockers(ctx.plan, target, facts)
+    steps = ctx.shared.get("steps", [])
+    found = [] if ctx.dry_run else blockers(ctx.plan, target, facts, steps)
     facts["blockers"] = found
     if found:
         raise StepFailed("; ".join(found))
     gpus = "NVIDIA GPUs" if facts.get("nvidia_gpus") else "AMD GPUs" if facts.get("amd_gpus") else "no GPUs"
-    return f"{facts.get('os_id') or 'linux'} {facts.get('os_version', '')}, {gpus}, ready"
+    return (f"{facts.get('os_id') or 'linux'} {facts.get('os_version', '')}, {gpus}, "
+            f"{_containerd_note(ctx, facts, steps)}ready")
+
+
+def _containerd_note(ctx: DeployContext, facts: dict, steps: list[str]) -> str:
+    have = facts.get("containerd_version")
+    if "containerd" not in steps or containerd.verdict(facts, ctx.plan.k3s.version) == "ok":
+        return f"containerd {have}, " if have else ""
+    if "k3s" in steps or not have:
+        return f"containerd {have or 'missing'} -> {versions.CONTAINERD_VERSION}, "
+    return f"containerd {have} (below Kubernetes' floor: the k3s run upgrades it), "
 
 
 def _links_command(ctx: DeployContext) -> str:

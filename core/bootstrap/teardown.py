@@ -11,7 +11,7 @@ import shlex
 from typing import Callable
 
 from core.bootstrap import k3s, services
-from core.bootstrap.containerd import BACKUP_PATH, CONFIG_PATH, SOCKET
+from core.bootstrap.containerd import BACKUP_PATH, CONFIG_PATH, PREFIX, SOCKET, UNIT_PATH
 from core.bootstrap.deploy import AVAILABLE, DeployResult, ShellFactory, build_plan, deploy
 from core.bootstrap.kubeconfig import cluster_kubeconfig_path
 from core.bootstrap.packages import APT
@@ -39,7 +39,8 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
                          for n in ("k3s", "k3s-agent")) + " true")
     cmds = [
         (stop_k3s, "stopping k3s"),
-        (f"rm -rf {shlex.quote(opts.config_dir)} /var/lib/rancher/k3s {opts.bin_dir}/k3s;"
+        (f"rm -rf {shlex.quote(opts.config_dir)} /var/lib/rancher/k3s"
+         f" {shlex.quote(opts.bin_dir + '/k3s')};"
          " ip link del flannel.1 2>/dev/null; ip link del cni0 2>/dev/null; true",
          "removing k3s and its network devices"),
         (f"if [ -S {SOCKET} ]; then c='ctr --address {SOCKET} -n k8s.io';"
@@ -57,6 +58,8 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
         (f"if [ -f {BACKUP_PATH} ]; then mv {BACKUP_PATH} {CONFIG_PATH};"
          f" else rm -f {CONFIG_PATH}; fi", "restoring the containerd config"),
     ]
+    if target.state.get("containerd_release") and not keep_packages:
+        cmds.append((release_removal(systemd), "removing the containerd release geotrain put in"))
     if systemd:
         cmds.append((f"[ -f {CONFIG_PATH} ] && systemctl enable --now containerd; true",
                      "restarting the owner's containerd"))
@@ -65,6 +68,14 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
         cmds.append((f"{APT} remove -y -q {' '.join(packages)}", "removing packages"))
     cmds.append((f"rm -rf {RUN_DIR}", "removing geotrain's run files"))
     return cmds
+
+
+def release_removal(systemd: bool) -> str:
+    """The static containerd release's binaries (and its unit) under /usr/local."""
+    names = ("containerd", "containerd-shim", "containerd-shim-runc-v1", "containerd-shim-runc-v2",
+             "containerd-stress", "ctr")
+    files = " ".join(f"{PREFIX}/bin/{n}" for n in names)
+    return f"rm -f {files}" + (f" {UNIT_PATH}; systemctl daemon-reload" if systemd else "")
 
 
 def _undo(keep_packages: bool) -> Callable[[DeployContext, NodeTarget], str]:

@@ -7,30 +7,29 @@ or at another version, and waits for the scheduler are bounded.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
-import yaml
-
-from core.bootstrap import k3s, services
+from core.bootstrap import k3s, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
 
 MANIFEST_URL = ("https://raw.githubusercontent.com/volcano-sh/volcano/{version}"
                 "/installer/volcano-development.yaml")
-NVIDIA_PLUGIN = ("https://raw.githubusercontent.com/NVIDIA/k8s-device-plugin/v0.17.0"
-                 "/deployments/static/nvidia-device-plugin.yml")
-AMD_PLUGIN = "https://raw.githubusercontent.com/ROCm/k8s-device-plugin/master/k8s-ds-amdgpu-dp.yaml"
 REMOTE_DIR = "/var/lib/rancher/k3s/server/manifests-geotrain"
 DEPLOYMENTS = ("volcano-scheduler", "volcano-controllers", "volcano-admission")
+# The admission webhook's Service: the queue is refused ("connection refused") until it has
+# a ready endpoint, even after the deployment reports available.
+WEBHOOK_SERVICE = "volcano-admission-service"
 
 
 def render_queue(name: str) -> str:
-    return yaml.safe_dump({
+    return k3s.dump({
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "geotrain"}},
         "spec": {"weight": 1, "reclaimable": False},
-    }, sort_keys=False)
+    })
 
 
 def _scheduler(ctx: DeployContext, target: NodeTarget) -> str:
@@ -50,7 +49,8 @@ def _scheduler(ctx: DeployContext, target: NodeTarget) -> str:
         session.put(source, local.read_text(), mode=0o644)
     else:
         source = MANIFEST_URL.format(version=plan.volcano.version)
-    session.change(f"{kubectl} apply --server-side --force-conflicts -f {source}", timeout=300,
+    session.change(f"{kubectl} apply --server-side --force-conflicts -f {shlex.quote(source)}",
+                   timeout=300,
                    what="applying the Volcano manifest")
     for name in DEPLOYMENTS:
         services.wait_until(target, f"{kubectl} -n volcano-system rollout status deployment/{name}"
@@ -62,31 +62,104 @@ def _scheduler(ctx: DeployContext, target: NodeTarget) -> str:
 def _queue(ctx: DeployContext, target: NodeTarget) -> str:
     plan, session = ctx.plan, target.session
     kubectl = k3s.kubectl(plan)
-    if session.fact(f"{kubectl} get queue {plan.volcano.queue} >/dev/null 2>&1").ok:
+    if session.fact(f"{kubectl} get queue {shlex.quote(plan.volcano.queue)} >/dev/null 2>&1").ok:
         return f"queue {plan.volcano.queue} present"
     path = f"{REMOTE_DIR}/queue-{plan.volcano.queue}.yaml"
     session.change(f"mkdir -p {REMOTE_DIR}", what="creating the manifest dir")
     session.put(path, render_queue(plan.volcano.queue), mode=0o644)
-    session.change(f"{kubectl} apply -f {path}", what="creating the queue")
+    services.wait_until(target, webhook_ready_probe(kubectl), "Volcano's admission webhook to "
+                        "serve (a ready endpoint)", timeout=plan.volcano.timeout, interval=2)
+    session.change(f"{kubectl} apply -f {shlex.quote(path)}", what="creating the queue")
     return f"queue {plan.volcano.queue} created"
+
+
+def webhook_ready_probe(kubectl: str) -> str:
+    """True once the webhook's Service has a ready address (the API server can call it)."""
+    query = (f"{kubectl} -n volcano-system get endpoints {WEBHOOK_SERVICE}"
+             " -o jsonpath='{.subsets[*].addresses[*].ip}' 2>/dev/null")
+    return f"[ -n \"$({query})\" ]"
+
+
+def _daemonset(name: str, image: str, vendor: str, container: dict,
+               sys_mount: bool = False) -> dict:
+    """A device-plugin DaemonSet that runs only on nodes labelled with this GPU vendor."""
+    labels = {"name": name, "app.kubernetes.io/managed-by": "geotrain"}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": "kube-system", "labels": labels},
+            "spec": {"selector": {"matchLabels": {"name": name}},
+                     "updateStrategy": {"type": "RollingUpdate"},
+                     "template": {"metadata": {"labels": labels}, "spec": {
+                         "nodeSelector": {k3s.GPU_VENDOR_LABEL: vendor},
+                         "priorityClassName": "system-node-critical",
+                         "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
+                                         {"key": f"{vendor}.com/gpu", "operator": "Exists",
+                                          "effect": "NoSchedule"}],
+                         "containers": [{"name": name, "image": image, **container}],
+                         "volumes": [{"name": "device-plugin",
+                                      "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}]
+                         + ([{"name": "sys", "hostPath": {"path": "/sys"}}] if sys_mount else [])}}}}
+
+
+def nvidia_plugin() -> dict:
+    """NVIDIA/k8s-device-plugin deployments/static/nvidia-device-plugin.yml at the pinned tag."""
+    return _daemonset("nvidia-device-plugin-daemonset", versions.NVIDIA_PLUGIN_IMAGE, "nvidia", {
+        "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+        "securityContext": {"allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "device-plugin",
+                          "mountPath": "/var/lib/kubelet/device-plugins"}]})
+
+
+def amd_plugin() -> dict:
+    """ROCm/k8s-device-plugin k8s-ds-amdgpu-dp.yaml, with a release image (not `latest`)."""
+    return _daemonset("amdgpu-device-plugin-daemonset", versions.AMD_PLUGIN_IMAGE, "amd", {
+        "securityContext": {"allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "device-plugin",
+                          "mountPath": "/var/lib/kubelet/device-plugins"},
+                         {"name": "sys", "mountPath": "/sys"}]}, sys_mount=True)
+
+
+def _label_gpu_nodes(ctx: DeployContext, target: NodeTarget) -> list[str]:
+    """k3s applies `node-label` only when a node registers: label nodes that joined earlier."""
+    kubectl, done = k3s.kubectl(ctx.plan), []
+    for node in ctx.targets.values():
+        vendor = k3s.gpu_vendor(node.facts)
+        key = k3s.GPU_VENDOR_LABEL.replace(".", "\\.")
+        have = target.session.fact(f"{kubectl} get node {shlex.quote(node.name)} -o jsonpath="
+                                   f"'{{.metadata.labels.{key}}}' 2>/dev/null") if vendor else None
+        if vendor and not (have.ok and have.stdout.strip() == vendor):
+            label = f"{k3s.GPU_VENDOR_LABEL}={vendor}"
+            target.session.change(f"{kubectl} label node {shlex.quote(node.name)} "
+                                  f"{shlex.quote(label)} --overwrite >/dev/null",
+                                  what=f"labelling {node.name} as a {vendor} GPU node")
+            done.append(f"{node.name} labelled")
+    return done
 
 
 def _device_plugins(ctx: DeployContext, target: NodeTarget) -> str:
     plan, session = ctx.plan, target.session
     kubectl = k3s.kubectl(plan)
-    facts = [t.facts for t in ctx.targets.values()]
-    wanted = []
-    if any(f.get("nvidia_gpus") for f in facts):
-        wanted.append(("nvidia-device-plugin-daemonset", NVIDIA_PLUGIN))
-    if any(f.get("amd_gpus") for f in facts):
-        wanted.append(("amdgpu-device-plugin-daemonset", AMD_PLUGIN))
-    applied = []
-    for name, url in wanted:
-        if not session.fact(f"{kubectl} -n kube-system get daemonset {name} >/dev/null 2>&1").ok:
-            session.change(f"{kubectl} apply -f {url}", what=f"applying {name}")
-            applied.append(name)
+    vendors = {k3s.gpu_vendor(t.facts) for t in ctx.targets.values()} - {None}
+    wanted = [render for vendor, render in (("nvidia", nvidia_plugin), ("amd", amd_plugin))
+              if vendor in vendors]
     if not wanted:
         return "no GPUs: no device plugin"
+    applied = _label_gpu_nodes(ctx, target)
+    if not session.fact(f"test -d {REMOTE_DIR}").ok:
+        session.change(f"mkdir -p {REMOTE_DIR}", what="creating the manifest dir")
+    for render in wanted:
+        manifest = render()
+        name, image = manifest["metadata"]["name"], manifest["spec"]["template"]["spec"][
+            "containers"][0]["image"]
+        have = session.fact(f"{kubectl} -n kube-system get daemonset {name} -o jsonpath="
+                            "'{.spec.template.spec.containers[0].image}' 2>/dev/null")
+        if have.ok and have.stdout.strip() == image:
+            continue
+        path = f"{REMOTE_DIR}/{name}.yaml"
+        session.put(path, k3s.dump(manifest), mode=0o644)
+        session.change(f"{kubectl} apply -f {shlex.quote(path)}", what=f"applying {name}")
+        applied.append(name)
     return f"applied {', '.join(applied)}" if applied else "device plugins present"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from core.bootstrap import STEP_NAMES
+from core.bootstrap import STEP_NAMES, versions
 from core.bootstrap.deploy import DeployResult, build_plan, deploy
 from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
@@ -27,7 +27,9 @@ def register(groups) -> None:
     p.add_argument("--only", help=f"run only these steps: {','.join(STEP_NAMES)}")
     p.add_argument("--endpoint", action="append", default=[], metavar="NODE=HOST[:PORT]",
                    help="public WireGuard endpoint of a node behind NAT (repeatable)")
-    p.add_argument("--k3s-bundle", metavar="DIR", help="air-gap: dir with k3s and its images")
+    p.add_argument("--k3s-bundle", metavar="DIR", help="air-gap: dir with the release's k3s "
+                   "(k3s-arm64 for arm64), k3s-airgap-images-<arch>.tar (plain .tar, not .zst) and "
+                   "containerd-<version>-linux-<arch>.tar.gz")
     p.add_argument("--volcano-manifest", metavar="FILE", help="a local volcano-development.yaml")
     p.add_argument("--dry-run", action="store_true", help="print every command per node; run none")
     p.set_defaults(handler=cmd_deploy)
@@ -71,6 +73,22 @@ def _endpoints(values: list[str]) -> dict[str, str]:
     return out
 
 
+def _bundle(text: str) -> Path:
+    """The air-gap dir: a k3s binary for some architecture, and no zstd-only image bundle."""
+    bundle = Path(text)
+    if not any((bundle / name).is_file() for name in ("k3s", "k3s-arm64")):
+        raise InvalidInput(f"--k3s-bundle {text} has no k3s binary (k3s or k3s-arm64)",
+                           f"put the release's k3s, k3s-airgap-images-<arch>.tar and "
+                           f"{versions.containerd_tarball('<arch>')} there")
+    for zst in sorted(bundle.glob("k3s-airgap-images-*.tar.*")):
+        plain = zst.with_name(zst.name.split(".tar")[0] + ".tar")
+        if not plain.is_file():
+            raise InvalidInput(f"--k3s-bundle {text} has {zst.name} but not {plain.name}",
+                               f"`ctr images import` does not decompress; add the release's "
+                               f"plain {plain.name}")
+    return bundle.resolve()
+
+
 def _print_event(event: ProgressEvent) -> None:
     if event.state != "running":
         mark = {"done": "ok", "failed": "FAILED", "skipped": "skip"}[event.state]
@@ -108,10 +126,7 @@ def cmd_deploy(args) -> int:
     plan = build_plan(store, args.name, _split(args.nodes), vpn=not args.no_vpn,
                       subnet=args.subnet, endpoints=_endpoints(args.endpoint))
     if args.k3s_bundle:
-        if not Path(args.k3s_bundle, "k3s").is_file():
-            raise InvalidInput(f"--k3s-bundle {args.k3s_bundle} has no `k3s` binary",
-                               "put the release's k3s (and k3s-airgap-images-*.tar.zst) there")
-        plan.k3s.bundle = str(Path(args.k3s_bundle).resolve())
+        plan.k3s.bundle = str(_bundle(args.k3s_bundle))
     if args.volcano_manifest:
         if not Path(args.volcano_manifest).is_file():
             raise InvalidInput(f"--volcano-manifest {args.volcano_manifest} is not a file",

@@ -28,6 +28,9 @@ def cmd_add_kubernetes(args) -> int:
                       for g in done.groups)
     print(f"Registered {done.cluster.name}: {nodes} nodes ({kinds}), context {config['context']}, "
           f"namespace {config['namespace']}, queue {config['queue']}.")
+    for line in (done.pod_security, done.pod_security_note):
+        if line:
+            print(line)
     if not done.queue_found:
         print(f"note: Volcano queue {config['queue']!r} was not found (or is not readable); "
               f"create it, or register with --queue default.")

@@ -46,6 +46,12 @@ def models() -> dict[str, list[str]]:
 
 
 @functools.lru_cache(maxsize=1)
+def param_counts() -> dict[str, dict[str, int]]:
+    """Model -> size -> trainable parameters, from recipes/params.yaml (counted once by a tool)."""
+    return yaml.safe_load((recipes_dir() / "params.yaml").read_text()) or {}
+
+
+@functools.lru_cache(maxsize=1)
 def presets() -> dict[str, dict[str, Any]]:
     """Preset name -> its settings (algorithm, inner_steps, bits, description)."""
     data = yaml.safe_load((recipes_dir() / "presets.yaml").read_text()) or {}

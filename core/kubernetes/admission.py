@@ -1,7 +1,9 @@
 """The checks Volcano's admission webhook makes that its CRD schema cannot express.
 
 Run on every rendered job before it is submitted, so a job the webhook would refuse
-is caught here with a clear message (and tested without a cluster).
+is caught here with a clear message (and tested without a cluster). The lists follow the
+Volcano release the wizard installs (core/bootstrap/versions.py), not Volcano's main branch:
+newer actions (RestartPod, RestartPartition) and plugins (ray) are refused by it.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from typing import Any
 
 from core.kubernetes.names import DNS_LABEL_RE, LABEL_MAX
 
-POLICY_ACTIONS = frozenset({"AbortJob", "RestartJob", "RestartTask", "RestartPod",
-                            "RestartPartition", "TerminateJob", "CompleteJob", "ResumeJob"})
-PLUGINS = frozenset({"env", "svc", "ssh", "pytorch", "mpi", "tensorflow", "ray"})
+# Volcano v1.11: pkg/webhooks/admission/jobs/validate/util.go, policyActionMap (the
+# actions allowed for external use).
+POLICY_ACTIONS = frozenset({"AbortJob", "RestartJob", "RestartTask", "TerminateJob",
+                            "CompleteJob", "ResumeJob"})
+# Volcano v1.11: pkg/controllers/job/plugins/factory.go, the registered job plugins.
+PLUGINS = frozenset({"env", "svc", "ssh", "pytorch", "mpi", "tensorflow"})
 
 
 def _policy_errors(policies: list[dict[str, Any]], where: str) -> list[str]:

@@ -16,6 +16,7 @@ from core.kubernetes.names import job_name, label_value, rocm_variant, validate_
 from core.domain.records import Cluster, WorkspaceSpec
 from core.state.secret_store import TOKEN_ENV
 from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, allocate, dist_backend
+from core.kubernetes.pod_resources import memory_resources, shm_volume
 from core.kubernetes.recovery_manifests import add_recovery
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -24,29 +25,58 @@ DEFAULT_QUEUE = "geotrain"
 MAX_RETRY = 3  # whole-job restarts by Volcano (PodFailed / PodEvicted)
 MAX_RESTARTS = 3  # worker-group restarts by torchrun inside a pod
 RDZV_PORT = 29400
-RDZV_WAIT_S = 600  # how long a pod waits for the headless Service to resolve (volcano#3753)
+RDZV_JOIN_TIMEOUT_S = 900
+RDZV_WAIT_S = RDZV_JOIN_TIMEOUT_S  # a pod waits this long for the rendezvous before torchrun
 # c10d rendezvous across a WAN: joins wait for image pulls on far nodes; store reads
 # tolerate slow round trips.
-RDZV_CONF = "join_timeout=900,read_timeout=120,last_call_timeout=30,close_timeout=60"
+RDZV_CONF = (f"join_timeout={RDZV_JOIN_TIMEOUT_S},read_timeout=120,last_call_timeout=30,"
+             "close_timeout=60")
 CONFIG_DIR = "/etc/geotrain"
 WORK_DIR = "/workspace"  # an emptyDir: checkpoints outlive a container restart, so torchrun resumes
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
+POD_UID = 1000  # the image's `trainer` user (recipes/Dockerfile)
+# Host groups owning /dev/kfd and /dev/dri on Ubuntu/Debian (video 44, render 109 on 22.04+);
+# a cluster whose nodes differ sets `amd_device_gids` in its config.
+AMD_DEVICE_GIDS = (44, 109)
 WORKSPACE_LABEL = "geotrain.io/workspace"
 WORKSPACE_ANNOTATION = "geotrain.io/workspace-id"
 MANAGED = {"app.kubernetes.io/managed-by": "geotrain"}
 # Several TCP streams per peer fill a long fat pipe better than one.
 WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
 
-WAIT_AND_RUN = """\
-host="$GEOTRAIN_RDZV_HOST"
-deadline=$(( $(date +%s) + GEOTRAIN_RDZV_WAIT_S ))
-until getent hosts "$host" >/dev/null 2>&1; do
-  if [ "$(date +%s)" -ge "$deadline" ]; then
-    echo "geotrain: $host did not resolve within ${GEOTRAIN_RDZV_WAIT_S}s: no headless Service (is Volcano's svc plugin on?)" >&2
-    exit 1
-  fi
-  sleep 2
-done
+# Before torchrun starts, a pod waits (bounded by the join timeout) for what its torchrun
+# needs first. The master: its own DNS name (its agent connects to the store it hosts by that
+# name). A worker: the rendezvous endpoint itself, a TCP connect to master:port. The name
+# resolves as soon as the master pod has an IP (the svc plugin publishes not-ready
+# addresses), long before a far-away image pull ends; a worker that started torchrun then
+# would spend the store's read_timeout and crash-loop (volcano#3753, issue 17.6).
+WAIT_FOR_RDZV = """\
+py=$(command -v python3 || command -v python) || { echo "geotrain: the image has no python" >&2; exit 1; }
+"$py" - <<'GEOTRAIN_WAIT' || exit 1
+import os, socket, sys, time
+host, port = os.environ["GEOTRAIN_RDZV_HOST"], int(os.environ["GEOTRAIN_RDZV_PORT"])
+wait_s, connect = float(os.environ["GEOTRAIN_RDZV_WAIT_S"]), os.environ["GEOTRAIN_RDZV_IS_HOST"] != "1"
+deadline, resolved, said = time.monotonic() + wait_s, False, False
+while True:
+    try:
+        socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+        resolved = True
+        if connect:
+            socket.create_connection((host, port), timeout=5).close()
+        sys.exit(0)
+    except OSError:
+        pass
+    if time.monotonic() >= deadline:
+        why = (f"nothing listened at {host}:{port} within {wait_s:.0f}s: the master pod did not start "
+               "(image pull, crash, or pending)") if resolved else (
+               f"{host} did not resolve within {wait_s:.0f}s: no headless Service (is Volcano's svc plugin on?)")
+        print("geotrain: " + why, file=sys.stderr, flush=True)
+        sys.exit(1)
+    if connect and resolved and not said:
+        print(f"geotrain: waiting for the rendezvous at {host}:{port} (the master is not up yet)", flush=True)
+        said = True
+    time.sleep(2)
+GEOTRAIN_WAIT
 exec """
 
 
@@ -105,7 +135,7 @@ def _torchrun(job: str, nnodes: int, slots: int, is_host: bool) -> str:
             f"--rdzv-id={job}", f"--rdzv-conf={RDZV_CONF},is_host={int(is_host)}",
             "--monitor-interval=1", "-m", "recipes.train", "--config", CONFIG_FILE]
     # The endpoint and local address come from the environment at run time.
-    return (shlex.join(args[:5]) + ' --rdzv-endpoint="$host:' + str(RDZV_PORT) + '"'
+    return (shlex.join(args[:5]) + ' --rdzv-endpoint="$GEOTRAIN_RDZV_HOST:$GEOTRAIN_RDZV_PORT"'
             + ' --local-addr="$POD_IP" ' + shlex.join(args[5:]))
 
 
@@ -124,12 +154,41 @@ def _env(workspace_id: str, job: str, backend: str, group: NodeGroup,
     return env
 
 
-def _resources(group: NodeGroup) -> dict[str, Any]:
-    if group.vendor == "cpu":
-        return {"requests": {"cpu": "1", "memory": "2Gi"}}
-    count = str(group.gpus)
-    return {"requests": {"cpu": "1", "memory": "4Gi"},
-            "limits": {GPU_RESOURCE[group.vendor]: count}}
+def _rdzv_env(is_host: bool) -> list[dict[str, Any]]:
+    """What the pod's wait step needs: the port, and whether this pod hosts the store."""
+    return [{"name": "GEOTRAIN_RDZV_PORT", "value": str(RDZV_PORT)},
+            {"name": "GEOTRAIN_RDZV_IS_HOST", "value": str(int(is_host))}]
+
+
+def _resources(spec: WorkspaceSpec, group: NodeGroup) -> dict[str, Any]:
+    """CPU request, memory sized from the model (core.kubernetes.pod_resources), and the GPUs."""
+    config = spec.config or {}
+    memory = memory_resources(str(config.get("model") or spec.model), str(config.get("size") or spec.size),
+                              group.slots, group.vendor)
+    resources = {"requests": {"cpu": "1", **memory["requests"]}, "limits": dict(memory["limits"])}
+    if group.vendor != "cpu":
+        resources["limits"][GPU_RESOURCE[group.vendor]] = str(group.gpus)
+    return resources
+
+
+def _container_security_context() -> dict[str, Any]:
+    """Pod Security "restricted" for the trainer (core.kubernetes.pod_security checks it): the image's
+    own non-root user, no privilege escalation, no capabilities, the runtime's seccomp."""
+    return {"runAsNonRoot": True, "runAsUser": POD_UID, "runAsGroup": POD_UID,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _harden_pod(pod_spec: dict[str, Any], cluster: Cluster, group: NodeGroup) -> None:
+    """Pod-level settings: no service-account token (the trainer never calls the API), the
+    same seccomp/non-root defaults for any container added later, and on AMD nodes the host
+    groups that own /dev/kfd and /dev/dri (the device plugin does not chown them)."""
+    pod_spec["automountServiceAccountToken"] = False
+    context = pod_spec.setdefault("securityContext", {})
+    context.update(runAsNonRoot=True, seccompProfile={"type": "RuntimeDefault"})
+    if group.vendor == "amd":
+        gids = cluster.config.get("amd_device_gids") or AMD_DEVICE_GIDS
+        context["supplementalGroups"] = sorted({*context.get("supplementalGroups", []), *map(int, gids)})
 
 
 def _affinity(workspace_id: str, group: NodeGroup) -> dict[str, Any]:
@@ -146,15 +205,17 @@ def _affinity(workspace_id: str, group: NodeGroup) -> dict[str, Any]:
 
 
 def _pod_template(workspace_id: str, job: str, image: str, cluster: Cluster, group: NodeGroup,
-                  nnodes: int, backend: str, is_host: bool, secret_keys: Iterable[str]) -> dict:
+                  nnodes: int, backend: str, is_host: bool, secret_keys: Iterable[str],
+                  ws_spec: WorkspaceSpec) -> dict:
     container = {
         "name": "trainer",
         "image": rocm_variant(image) if group.vendor == "amd" else image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", WAIT_AND_RUN + _torchrun(job, nnodes, group.slots, is_host)],
-        "env": _env(workspace_id, job, backend, group, secret_keys),
+        "command": ["/bin/sh", "-c", WAIT_FOR_RDZV + _torchrun(job, nnodes, group.slots, is_host)],
+        "env": _env(workspace_id, job, backend, group, secret_keys) + _rdzv_env(is_host),
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
-        "resources": _resources(group),
+        "resources": _resources(ws_spec, group),
+        "securityContext": _container_security_context(),
         "workingDir": WORK_DIR,
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                          {"name": "work", "mountPath": WORK_DIR},
@@ -166,8 +227,9 @@ def _pod_template(workspace_id: str, job: str, image: str, cluster: Cluster, gro
         "affinity": _affinity(workspace_id, group),
         "volumes": [{"name": "config", "configMap": {"name": f"{job}-config"}},
                     {"name": "work", "emptyDir": {}},
-                    {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                    shm_volume(group.slots)],
     }
+    _harden_pod(spec, cluster, group)
     runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
     if runtime_class is None and group.vendor == "nvidia" and cluster.kind == "geotrain":
         runtime_class = "nvidia"  # k3s registers it when it finds the NVIDIA container runtime
@@ -196,7 +258,7 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     placed = allocate(groups, spec.workers, cluster.name)
     job, backend, keys = job_name(workspace_id), dist_backend(placed), list(secret_keys)
     template = lambda group, is_host: _pod_template(  # noqa: E731
-        workspace_id, job, image, cluster, group, spec.workers, backend, is_host, keys)
+        workspace_id, job, image, cluster, group, spec.workers, backend, is_host, keys, spec)
     tasks = [{"name": "master", "replicas": 1, "minAvailable": 1,
               "template": template(placed[0][0], True),
               "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]}]
@@ -244,7 +306,12 @@ def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
 
 
 class _ReadableDumper(yaml.SafeDumper):
-    """Multi-line strings (the pod's shell script, config.yaml) as literal blocks."""
+    """Multi-line strings (the pod's shell script, config.yaml) as literal blocks.
+
+    No aliases: a dict shared by two manifests is printed twice, not as `&id001`/`*id001`."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:

@@ -16,8 +16,9 @@ from core.state.cluster_records import save_cluster
 from core.errors import InvalidInput
 from core.kubernetes.client import (REQUEST_TIMEOUT, SCHEDULING_GROUP, SCHEDULING_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
-from core.kubernetes.manifests import DEFAULT_QUEUE
-from core.domain.records import NAME_RE, Cluster
+from core.kubernetes.manifests import DEFAULT_QUEUE, render_volcano_job
+from core.domain.records import NAME_RE, Cluster, WorkspaceSpec
+from core.kubernetes.pod_security import ENFORCE_LABEL, LEVELS, POD_SECURITY_KEY, pod_specs, violations
 from core.kubernetes.node_groups import NodeGroup, groups_from_kubernetes
 from core.kubernetes.pod_logs import read_json
 from core.state.store import Store
@@ -28,6 +29,8 @@ class Registration:
     cluster: Cluster
     groups: list[NodeGroup]
     queue_found: bool
+    pod_security: str = ""  # one line: the namespace's enforced level, and whether pods pass
+    pod_security_note: str = ""  # hostPath users: refused from "baseline" up
 
 
 def _context(kubeconfig: Path, wanted: str | None) -> tuple[str, str]:
@@ -90,8 +93,59 @@ def register_kubernetes_cluster(store: Store, name: str, kubeconfig: str,
         raise InvalidInput(f"cluster {name!r} has no schedulable nodes",
                            "add nodes to it (or uncordon them) and register again")
     cluster.config["node_groups"] = [g.to_dict() for g in groups]
+    level = _enforced_level(cluster)
+    if level:
+        cluster.config[POD_SECURITY_KEY] = level  # deploy checks its pods against it
     save_cluster(store, cluster, create=True)
-    return Registration(cluster, groups, queue_found)
+    return Registration(cluster, groups, queue_found, *_pod_security_lines(cluster, groups, level))
+
+
+def _enforced_level(cluster: Cluster) -> str | None:
+    """The namespace's `pod-security.kubernetes.io/enforce` label; "" when unlabelled,
+    None when the namespace cannot be read (a namespaced user may not get namespaces)."""
+    namespace = cluster.config["namespace"]
+    try:
+        with api_errors(cluster, f"reading namespace {namespace}'s Pod Security labels"):
+            body = read_json(client.CoreV1Api(load_api_client(cluster)).read_namespace(
+                namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+        return None
+    return str(((body.get("metadata") or {}).get("labels") or {}).get(ENFORCE_LABEL, ""))
+
+
+def _pod_security_lines(cluster: Cluster, groups: list[NodeGroup], level: str | None) -> tuple[str, str]:
+    """What Pod Security admission would do to the pods geotrain renders here (core.kubernetes.pod_security)."""
+    namespace = cluster.config["namespace"]
+    note = ("note: a checkpoint directory on the node (hostPath, e.g. recovery.host_path) is refused "
+            "in this namespace; keep checkpoints on a claim (recovery.pvc).")
+    if level is None:
+        return (f"Pod Security: namespace {namespace!r} could not be read; geotrain's pods pass "
+                "'restricted' with checkpoints on a claim (recovery.pvc).", "")
+    if level in ("", "privileged"):
+        what = "enforces 'privileged'" if level else "has no enforce label (the cluster default applies)"
+        return f"Pod Security: namespace {namespace!r} {what}: geotrain's pods are admitted.", ""
+    checked = level if level in LEVELS else "restricted"  # admission reads a bad value as restricted
+    on_claim = _sample_violations(cluster, groups, checked, {"pvc": "geotrain-checkpoints"})
+    default = _sample_violations(cluster, groups, checked, {})
+    if on_claim:
+        verdict = f"geotrain's pods would be refused ({on_claim[0]})."
+    elif default:
+        verdict = ("geotrain's pods pass it with checkpoints on a claim (recovery.pvc); the default "
+                   f"is refused ({default[0]}).")
+    else:
+        verdict = "geotrain's pods pass it."
+    return f"Pod Security: namespace {namespace!r} enforces {level!r}: {verdict}", note
+
+
+def _sample_violations(cluster: Cluster, groups: list[NodeGroup], level: str,
+                       recovery: dict) -> list[str]:
+    """The checks a job on every node of the cluster fails at `level`."""
+    spec = WorkspaceSpec(cluster=cluster.name, model="gpt-neo", size="tiny", preset="low", steps=1,
+                         workers=sum(len(g.hostnames) for g in groups), recovery=recovery)
+    job = render_volcano_job("pod-security-check", spec, cluster, groups, cluster.config["namespace"])
+    return sorted({v for _, pod in pod_specs(job) for v in violations(pod, level)})
 
 
 def _cluster_names(store: Store) -> list[str]:

@@ -8,7 +8,6 @@ built-in `local` cluster, from loopback figures.
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -72,15 +71,10 @@ def links_from_file(path: str | Path) -> list[planner.Link]:
     return links
 
 
-@functools.lru_cache(maxsize=1)
-def param_table() -> dict[str, dict[str, int]]:
-    return yaml.safe_load((recipe_catalog.recipes_dir() / "params.yaml").read_text()) or {}
-
-
 def model_params(model: str, size: str) -> int:
     recipe_catalog.check_choice("model", model, list(recipe_catalog.models()), "--model")
     recipe_catalog.check_choice(f"size for {model}", size, recipe_catalog.models()[model], "--size")
-    count = param_table().get(model, {}).get(size)
+    count = recipe_catalog.param_counts().get(model, {}).get(size)
     if count is None:
         raise NotFound(f"no parameter count for {model}/{size} in recipes/params.yaml",
                        "run `python -m recipes.bench.param_counts --write`, or pass --params N")

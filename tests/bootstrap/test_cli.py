@@ -53,7 +53,7 @@ def test_bad_input_says_what_to_do(geotrain_home, capsys):
         (["clusters", "deploy", "c1", "--nodes", "n0", "--endpoint", "n2=1.2.3.4"],
          "'n2', which is not one of the nodes"),
         (["clusters", "deploy", "c1", "--nodes", "n0", "--k3s-bundle", "/nonexistent"],
-         "has no `k3s` binary"),
+         "has no k3s binary"),
         (["clusters", "deploy", "c1", "--nodes", "n0", "--volcano-manifest", "/nonexistent"],
          "is not a file"),
         (["clusters", "deploy", "c1", "--nodes", ""], "no nodes given"),

@@ -89,9 +89,13 @@ def test_volcano_queue_and_device_plugins(geotrain_home):
     result, _ = _dry_run(geotrain_home, ["volcano"])
     changes = [r.command for r in result.command_log.changes("gpu0")]
     assert any("kubectl" in c and "apply --server-side --force-conflicts -f https://raw."
-               "githubusercontent.com/volcano-sh/volcano/v1.10.0/installer/volcano-development.yaml"
+               "githubusercontent.com/volcano-sh/volcano/v1.11.0/installer/volcano-development.yaml"
                in c for c in changes)
-    assert any("nvidia-device-plugin.yml" in c for c in changes)
+    plugin = yaml.safe_load(_puts(result, "gpu0")[
+        "/var/lib/rancher/k3s/server/manifests-geotrain/nvidia-device-plugin-daemonset.yaml"].content)
+    assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {"geotrain.io/gpu-vendor": "nvidia"}
+    assert any("apply -f /var/lib/rancher/k3s/server/manifests-geotrain/nvidia-device-plugin-"
+               "daemonset.yaml" in c for c in changes)
     assert not any("amdgpu" in c for c in changes)
     queue = yaml.safe_load(next(r.content for r in result.command_log.for_node("gpu0")
                                 if r.kind == "put" and "queue-geotrain" in r.command))

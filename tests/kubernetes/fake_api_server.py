@@ -44,6 +44,7 @@ class FakeKubeAPI:
         self.logs: dict[tuple[str, str, int], LogBuffer] = {}
         self.volcano_installed = True
         self.queues = {"default", "geotrain"}
+        self.namespaces: dict[str, dict[str, str]] = {"default": {}}  # name -> labels
         self.forbidden: set[tuple[str, str]] = set()  # (HTTP method, resource)
         self.requests: list[tuple[str, str, dict]] = []
         self.cond = threading.Condition()
@@ -207,6 +208,9 @@ class _Handler(BaseHTTPRequestHandler):
                                                'cannot list resource "nodes" in API group "" at the cluster scope'))
             return self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
                                     "items": self.fake.nodes})
+        namespace = re.fullmatch(r"/api/v1/namespaces/([^/]+)", path)
+        if namespace and method == "GET":
+            return self._namespace(namespace[1])
         queue = re.fullmatch(r"/apis/scheduling\.volcano\.sh/v1beta1/queues/([^/]+)", path)
         if queue and self.fake.volcano_installed:
             found = queue[1] in self.fake.queues
@@ -237,6 +241,17 @@ class _Handler(BaseHTTPRequestHandler):
                          "groupVersion": "batch.volcano.sh/v1alpha1",
                          "resources": [{"name": "jobs", "singularName": "job", "namespaced": True,
                                         "kind": "Job", "verbs": ["create", "delete", "get", "list"]}]})
+
+    def _namespace(self, name: str) -> None:
+        """GET one namespace: its labels carry the Pod Security levels."""
+        if ("GET", "namespaces") in self.fake.forbidden:
+            return self._send(403, _status(403, "Forbidden", f'namespaces "{name}" is forbidden: User "dev" '
+                                           'cannot get resource "namespaces" in API group "" at the cluster scope'))
+        if name not in self.fake.namespaces:
+            return self._send(404, _status(404, "NotFound", f'namespaces "{name}" not found'))
+        self._send(200, {"kind": "Namespace", "apiVersion": "v1",
+                         "metadata": {"name": name, "labels": dict(self.fake.namespaces[name])},
+                         "status": {"phase": "Active"}})
 
     def _resource(self, method: str, res: str, ns: str, name: str | None, log: bool, query: dict) -> None:
         fake = self.fake

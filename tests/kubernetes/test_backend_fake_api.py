@@ -269,3 +269,43 @@ def test_plan_shows_manifests_without_contacting_the_cluster(fake, cluster):
     assert "WANDB_API_KEY: <hidden>" in plan.description
     assert "model: gpt-neo" in plan.config_yaml
     assert fake.requests == []
+
+
+def test_metrics_come_from_the_pod_that_holds_rank_0_even_when_it_is_a_worker(fake, cluster):
+    """c10d rendezvous put rank 0 on worker-0 (issue 17.5): master-0 prints rank 1's lines."""
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-r0", make_spec(cluster="mycluster", workers=2), {})
+    master, worker = fake.add_pod("gt-ws-r0", "master", 0), fake.add_pod("gt-ws-r0", "worker", 0)
+    fake.set_job_phase("gt-ws-r0", "Running")
+    fake.write_log(master, b"[rank 1] step 10/20 loss 9.9999 lr 3.00e-03 outer 0 sent 0.125MB 50.0ms/step\n")
+    fake.write_log(worker, b"[rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent 0.125MB 12.5ms/step\n"
+                           b"[rank 0] step 20/20 loss 2.7182 lr 3.00e-03 outer 1 sent 0.125MB 12.5ms/step\n")
+    assert [(r["step"], r["loss"]) for r in backend.metrics("ws-r0")] == [(10, 3.1416), (20, 2.7182)]
+    before = len(log_requests(fake))
+    assert len(backend.metrics("ws-r0")) == 2
+    assert [p for m, p, q in fake.requests if p.endswith("/log")][before:] == \
+        [f"/api/v1/namespaces/default/pods/{worker}/log"]  # the rank-0 pod, remembered, read alone
+
+
+def test_metrics_before_any_progress_line_are_empty_and_read_every_pod(fake, cluster):
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-r0", make_spec(cluster="mycluster", workers=2), {})
+    fake.add_pod("gt-ws-r0", "master", 0)
+    fake.add_pod("gt-ws-r0", "worker", 0, running=False)  # still pulling its image
+    assert backend.metrics("ws-r0") == []
+    assert len(log_requests(fake)) == 2
+
+
+def test_deploy_refuses_pods_the_namespace_pod_security_level_would_refuse(fake, cluster):
+    """Issue 17.11: without this the job is created and sits Pending with no reason shown."""
+    cluster.config["pod_security_enforce"] = "baseline"  # as registration records it
+    backend = KubernetesBackend(cluster)
+    spec = make_spec(cluster="mycluster", workers=2, recovery={"host_path": "/data/ckpt"})
+    with pytest.raises(InvalidInput) as info:
+        backend.deploy("ws-hp", spec, {})
+    assert "enforces Pod Security 'baseline'" in info.value.message
+    assert "hostPathVolumes" in info.value.message and "recovery.pvc" in info.value.hint
+    assert fake.objects == {}
+    cluster.config["pod_security_enforce"] = "restricted"
+    ok = make_spec(cluster="mycluster", workers=2, recovery={"pvc": "team-ckpt"})
+    assert KubernetesBackend(cluster).deploy("ws-ok", ok, {}) == "default/gt-ws-ok"

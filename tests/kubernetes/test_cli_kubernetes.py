@@ -71,3 +71,46 @@ def test_add_kubernetes_refuses_a_taken_name_before_contacting_the_cluster(fake,
     code, _, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)
     assert code == 2 and "a cluster named 'mycluster' already exists" in err
     assert len(fake.requests) == before
+
+
+# Pod Security admission (issue 17.11): a namespace labelled
+# pod-security.kubernetes.io/enforce refuses pods below its level, and a Volcano job then
+# sits Pending. https://kubernetes.io/docs/concepts/security/pod-security-admission/
+def _register(capsys, kubeconfig) -> list[str]:
+    code, out, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    return [line for line in out.splitlines() if "Pod Security" in line or "hostPath" in line]
+
+
+def test_a_restricted_namespace_is_named_and_geotrains_pods_pass_it(fake, kubeconfig, capsys):
+    fake.namespaces["default"] = {"pod-security.kubernetes.io/enforce": "restricted",
+                                  "pod-security.kubernetes.io/enforce-version": "latest"}
+    verdict, note = _register(capsys, kubeconfig)
+    assert verdict.startswith("Pod Security: namespace 'default' enforces 'restricted': "
+                              "geotrain's pods pass it")
+    assert "would be refused" not in verdict
+    assert note == ("note: a checkpoint directory on the node (hostPath, e.g. recovery.host_path) is "
+                    "refused in this namespace; keep checkpoints on a claim (recovery.pvc).")
+    assert ("GET", "/api/v1/namespaces/default", {}) in fake.requests
+    assert get_cluster(Store(), "mycluster").config["pod_security_enforce"] == "restricted"
+
+
+@pytest.mark.parametrize("labels,expected", [
+    ({}, "namespace 'default' has no enforce label (the cluster default applies): geotrain's pods are admitted."),
+    ({"pod-security.kubernetes.io/enforce": "privileged"}, "enforces 'privileged': geotrain's pods are admitted."),
+    ({"pod-security.kubernetes.io/enforce": "baseline"}, "enforces 'baseline': geotrain's pods pass it"),
+    ({"pod-security.kubernetes.io/enforce": "Restricted!"}, "enforces 'Restricted!': geotrain's pods pass it"),
+])
+def test_every_enforce_level_gets_one_line(fake, kubeconfig, capsys, labels, expected):
+    fake.namespaces["default"] = labels
+    lines = _register(capsys, kubeconfig)
+    assert expected in lines[0]
+    assert len(lines) == (2 if "pass it" in expected else 1)  # the hostPath note from baseline up
+
+
+def test_an_unreadable_namespace_still_registers_with_a_line_that_says_so(fake, kubeconfig, capsys):
+    fake.forbidden.add(("GET", "namespaces"))
+    assert _register(capsys, kubeconfig) == [
+        "Pod Security: namespace 'default' could not be read; geotrain's pods pass 'restricted' "
+        "with checkpoints on a claim (recovery.pvc)."]
+    assert [c.name for c in list_clusters(Store())] == ["local", "mycluster"]
