@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 
-from core.bootstrap import host_facts, packages, services
+from core.bootstrap import packages, services
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
+from core.nodes.facts import gpus
 
 CONFIG_PATH = "/etc/containerd/config.toml"
 BACKUP_PATH = "/etc/containerd/config.toml.before-geotrain"
@@ -64,10 +65,11 @@ def render_config(systemd_cgroup: bool, nvidia: bool) -> str:
 
 
 def _install(ctx: DeployContext, target: NodeTarget) -> str:
-    facts = host_facts.gather(target)
+    facts = target.gather_facts()
     installed = packages.ensure_commands(target, COMMANDS, "containerd:missing")
-    if facts.get("nvidia_gpus") and not target.fact("nvidia-ctk", "command -v nvidia-ctk").ok:
-        if not facts.get("apt"):
+    nvidia = "nvidia" in gpus.vendors(facts)
+    if nvidia and not target.fact("nvidia-ctk", "command -v nvidia-ctk").ok:
+        if not facts["system"]["apt"]:
             raise StepFailed(f"{target.name} has NVIDIA GPUs but no nvidia-container-toolkit, and "
                              "it is not Debian/Ubuntu: install the toolkit yourself and re-run")
         target.session.change(NVIDIA_REPO, what="adding the NVIDIA container toolkit repository")
@@ -77,8 +79,8 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
 
 
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
-    facts = host_facts.gather(target)
-    text = render_config(facts.get("systemd", False), facts.get("nvidia_gpus", False))
+    facts = target.gather_facts()
+    text = render_config(facts["init"]["systemd"], "nvidia" in gpus.vendors(facts))
     current = target.fact(f"file:{CONFIG_PATH}", file_state(CONFIG_PATH))
     have = current.stdout.split()[:1]
     want = hashlib.sha256(text.encode()).hexdigest()

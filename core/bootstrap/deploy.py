@@ -145,10 +145,10 @@ def _targets(store: Store, plan: ClusterPlan, factory: ShellFactory | None, dry_
         shell = None if dry_run else factory(node)
         session = NodeSession(spec.name, shell, None if dry_run else node_log_path(plan.name, spec.name),
                               log, secret_values, dry_run=dry_run, sudo=node.username != "root")
-        gpus = node.facts.get("gpus") or []
-        facts = {"nvidia_gpus": any("nvidia" in str(g).lower() for g in gpus),
-                 "amd_gpus": any("amd" in str(g).lower() for g in gpus)}
-        targets[spec.name] = NodeTarget(spec, session, facts=facts,
+        # the GPUs the pool saw: Volcano's device plugins need every node's, even where
+        # this deploy gathers no facts (e.g. --only volcano)
+        seeds = {k: node.facts[k] for k in ("gpus", "amd_kfd") if k in node.facts}
+        targets[spec.name] = NodeTarget(spec, session, facts=seeds,
                                         state=members.get(spec.name, {}).get("state", {}))
     return targets
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from core.bootstrap import host_facts, services
+from core.bootstrap import services
 from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
@@ -45,12 +45,12 @@ def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
                    "container-runtime-endpoint": f"unix://{SOCKET}",
                    "token-file": token_path(plan)}
     public = (spec.endpoint or spec.host).rsplit(":", 1)[0] if spec.endpoint else spec.host
-    behind_nat = spec.external_ip or (public not in target.facts.get("addrs", [public]))
+    behind_nat = spec.external_ip or (public not in target.facts.get("addresses", [public]))
     if spec.external_ip or behind_nat or (plan.vpn and address != spec.host):
         flags["node-external-ip"] = spec.external_ip or public
     if plan.vpn:
         flags["flannel-iface"] = plan.interface
-    if target.facts.get("systemd"):
+    if target.facts.get("init", {}).get("systemd"):
         flags["kubelet-arg"] = ["cgroup-driver=systemd"]
     if spec.role == "server":
         flags.update({"advertise-address": address, "tls-san": sorted({address, public}),
@@ -118,11 +118,11 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
 
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
     plan, session = ctx.plan, target.session
-    host_facts.gather(target)
+    target.gather_facts()
     token = ctx.secrets["k3s-token"]
     changed = session.ensure_file(token_path(plan), token + "\n", mode=0o600, secret=True)
     changed |= session.ensure_file(config_path(plan), render_config(plan, target), mode=0o600)
-    if target.facts.get("systemd"):
+    if target.facts["init"]["systemd"]:
         unit = f"/etc/systemd/system/{unit_name(target.spec.role)}.service"
         if session.ensure_file(unit, render_unit(plan, target.spec.role)):
             session.change("systemctl daemon-reload", what="reloading systemd")

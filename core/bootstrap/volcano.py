@@ -15,6 +15,7 @@ from core.bootstrap import k3s, services
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.nodes.facts import gpus
 
 MANIFEST_URL = ("https://raw.githubusercontent.com/volcano-sh/volcano/{version}"
                 "/installer/volcano-development.yaml")
@@ -74,11 +75,11 @@ def _queue(ctx: DeployContext, target: NodeTarget) -> str:
 def _device_plugins(ctx: DeployContext, target: NodeTarget) -> str:
     plan, session = ctx.plan, target.session
     kubectl = k3s.kubectl(plan)
-    facts = [t.facts for t in ctx.targets.values()]
+    vendors = set().union(*(gpus.vendors(t.facts) for t in ctx.targets.values()))
     wanted = []
-    if any(f.get("nvidia_gpus") for f in facts):
+    if "nvidia" in vendors:
         wanted.append(("nvidia-device-plugin-daemonset", NVIDIA_PLUGIN))
-    if any(f.get("amd_gpus") for f in facts):
+    if "amd" in vendors:
         wanted.append(("amdgpu-device-plugin-daemonset", AMD_PLUGIN))
     applied = []
     for name, url in wanted:

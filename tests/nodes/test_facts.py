@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.nodes import facts
-from core.nodes.facts import containerd, cpu, disk, docker, gpus, k3s, public_ip, sudo, system, udp_port
+from core.nodes.facts import (addresses, containerd, cpu, disk, docker, gpus, init, k3s, listening,
+                              public_ip, sudo, system)
 from core.nodes.status import status_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -53,7 +54,8 @@ def test_rocm_62_device_name_spelling():
 
 
 def test_rocm_absent_or_garbled():
-    assert gpus.parse_rocm("") == {"gpus": [], "error": None}
+    assert gpus.parse_rocm("") == {"gpus": [], "error": None, "kfd": False}
+    assert gpus.parse_rocm("kfd\n")["kfd"]  # the amdgpu compute driver, no rocm-smi
     assert "no valid JSON" in gpus.parse_rocm("WARNING: banner\n{not json")["error"]
 
 
@@ -66,7 +68,7 @@ def test_host_with_docker_engine_is_blocked_and_has_eight_gpus():
     assert len(found["gpus"]) == 8 and found["public_ip"] == "198.51.100.23"
     assert found["docker"]["engine"] and found["docker"]["cli"]
     assert found["containerd"] == {"installed": True, "version": "1.6.31", "running": True}
-    assert found["udp_51820"]["free"]
+    assert not listening.holders(found["listening"], "udp", 51820)
     assert found["wireguard"] == {"tools": False, "wireguard_go": False, "kernel_module": True,
                                   "interfaces": ["wg0"]}
     status, reasons = status_for(found, None)
@@ -80,7 +82,8 @@ def test_host_without_sudo_and_busy_wireguard_port():
     assert found["sudo"] == {"user": "ubuntu", "root": False, "passwordless": False,
                              "sudo": "password-required"}
     assert not found["docker"]["engine"] and found["docker"]["cli"]  # a CLI alone is harmless
-    assert found["udp_51820"]["free"] is False and found["public_ip"] is None
+    assert listening.holders(found["listening"], "udp", 51820) == [""]  # /proc/net: no process
+    assert found["public_ip"] is None
     status, reasons = status_for(found, None)
     assert status == "BLOCKED"
     assert any("ubuntu needs a password for sudo" in r for r in reasons)
@@ -116,10 +119,12 @@ def test_containerd_version_from_the_package_or_the_binary():
 def test_small_parsers_on_empty_or_odd_output():
     assert system.parse("")["system"] == "unknown"
     assert cpu.parse("") == {"model": "unknown", "cores": 0}
-    assert disk.parse("df: /: No such file") == {"total_gb": 0.0, "free_gb": 0.0}
+    assert disk.parse("df: /: No such file") == {"total_gb": 0.0, "free_gb": 0.0, "var_lib_free_gb": 0.0}
     assert docker.parse("") == {"engine": False, "cli": False, "evidence": []}
     assert sudo.parse("bob\nno-sudo")["sudo"] == "no-sudo"
-    assert udp_port.parse(" 7: 00000000:CA6D 00000000:0000 07")["free"]  # 51821, not 51820
+    assert listening.parse(" 7: 00000000:CA6D 00000000:0000 07") == [("udp", 51821, "")]
+    assert init.parse("") == {"pid1": "", "systemd": False}
+    assert addresses.parse("") == [] and listening.parse("") == []
     assert public_ip.parse("<html>rate limited</html>") is None
     leftover = k3s.parse("data /var/lib/rancher/k3s")  # uninstalled: no binary, data kept
     assert not leftover["installed"] and leftover["data_dir"]
