@@ -138,3 +138,27 @@ def test_script_marks_every_family_once():
         assert text.count(f"{facts.MARKER}{name}'") == 1
     assert "example.invalid" in text
     assert "curl" not in facts.script(())
+
+
+def test_listening_sockets_from_ss_or_proc():
+    # ss -Hlntup (iproute2): IPv6 brackets, `*` for any address, no process for the kernel's
+    ss = ('tcp LISTEN 0 4096 [::]:6443 [::]:* users:(("k3s-server",pid=9,fd=7))\n'
+          "udp UNCONN 0 0 *:8472 *:*\n")
+    assert listening.parse(ss) == [("tcp", 6443, "k3s-server"), ("udp", 8472, "")]
+    # without ss: /proc/net/tcp counts LISTEN (0A) only; the udp header ends in "drops"
+    proc = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+            "   0: 00000000:2802 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n"
+            "   1: 0A000001:0016 0A000002:D431 01 00000000:00000000 00:00000000 00000000     0        0 2\n"
+            "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n"
+            "   2: 00000000:2118 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 3 2 0 0\n")
+    assert listening.parse(proc) == [("tcp", 10242, ""), ("udp", 8472, "")]
+
+
+def test_addresses_init_and_var_lib_from_command_output():
+    ip = ("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+          "2: eth0    inet 10.0.0.5/24 brd 10.0.0.255 scope global eth0\\       valid_lft forever\n")
+    assert addresses.parse(ip) == ["127.0.0.1", "10.0.0.5"]
+    assert init.parse("systemd\n") == {"pid1": "systemd", "systemd": True}
+    df = ("Filesystem 1024-blocks Used Available Capacity Mounted on\n"
+          "/dev/sda1 104857600 0 52428800 50% /\n/dev/sdb1 20971520 0 2097152 90% /var/lib\n")
+    assert disk.parse(df) == {"total_gb": 100.0, "free_gb": 50.0, "var_lib_free_gb": 2.0}
