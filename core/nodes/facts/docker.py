@@ -9,7 +9,7 @@ from __future__ import annotations
 COMMAND = ("p=$(command -v dockerd) && echo \"dockerd $p\"; p=$(command -v docker) && echo \"cli $p\"; "
            "for f in /lib/systemd/system/docker.service /usr/lib/systemd/system/docker.service "
            "/etc/systemd/system/docker.service /etc/init.d/docker; do [ -e \"$f\" ] && echo \"service $f\"; done; "
-           "{ [ -e /var/run/docker.pid ] || pgrep -x dockerd >/dev/null 2>&1; } && echo 'running dockerd'; "
+           "[ -e /var/run/docker.pid ] && echo 'running dockerd'; "
            "[ -S /var/run/docker.sock ] && echo 'socket /var/run/docker.sock'; true")
 _ENGINE_EVIDENCE = ("dockerd", "service", "running", "socket")
 
