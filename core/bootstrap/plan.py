@@ -140,15 +140,15 @@ class NodeTarget:
         result = self.probed.pop(key, None)
         return result if result is not None else self.session.fact(command, **kwargs)
 
-    def gather_facts(self, refresh: bool = False) -> dict[str, Any]:
-        """The node pool's fact script and parsers, run once per deploy unless `refresh`.
+    def gather_facts(self) -> dict[str, Any]:
+        """The node pool's fact script and parsers, run once per node per deploy.
 
         A dry run keeps what it was seeded with (the GPUs the pool knows) and assumes the rest.
         """
         if self.session.dry_run:
             for key, value in node_facts.parse_all(DRY_RUN_OUTPUT).items():
                 self.facts.setdefault(key, value)
-        elif refresh or not self.gathered:
+        elif not self.gathered:
             result = self.fact(FACTS_KEY, node_facts.script(()), sudo=False)
             self.facts.update(node_facts.parse_all(result.stdout))
             self.gathered = True

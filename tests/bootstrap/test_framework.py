@@ -87,6 +87,21 @@ def test_dry_run_assumes_a_debian_systemd_node_and_keeps_the_pools_gpus(tmp_path
     assert facts["gpus"] == seeded["gpus"] and session.command_log.records == []
 
 
+def test_the_fact_script_runs_once_per_node_per_deploy(tmp_path):
+    """Preflight probes it in the first round trip; every later step reads the cache."""
+    log = CommandLog()
+    plan = ClusterPlan("c", [NodeSpec("a", "a")])
+    target = NodeTarget(plan.nodes[0], _session("a", log, tmp_path))
+    ctx = DeployContext(plan, {"a": target}, log)
+    target.probed = target.session.probe(preflight.STEP.probe(ctx, target))
+    first = target.gather_facts()
+    assert target.gather_facts() is first and first["system"]["system"] == "Linux"
+    assert len(target.session.shell.commands) == 1  # the probe round trip, nothing after it
+    unprobed = NodeTarget(NodeSpec("b", "b"), _session("b", log, tmp_path))
+    unprobed.gather_facts(), unprobed.gather_facts()
+    assert len(unprobed.session.shell.commands) == 1
+
+
 def test_mesh_addresses_are_stable_and_checked():
     nodes = [NodeSpec("a", "h1", mesh_ip="10.9.0.2"), NodeSpec("b", "h2"), NodeSpec("c", "h3")]
     assign_mesh_ips("10.9.0.0/24", nodes)
