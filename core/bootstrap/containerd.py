@@ -16,10 +16,11 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from core.bootstrap import host_facts, packages, services, versions
+from core.bootstrap import packages, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
+from core.nodes.facts import gpus
 
 CONFIG_PATH = "/etc/containerd/config.toml"
 BACKUP_PATH = "/etc/containerd/config.toml.before-geotrain"
@@ -98,9 +99,15 @@ def render_config(systemd_cgroup: bool, nvidia: bool) -> str:
 UNIT = UNIT.format(version=versions.CONTAINERD_VERSION, prefix=PREFIX, config=CONFIG_PATH)
 
 
+def installed_version(facts: dict) -> str | None:
+    """containerd's version from the node's facts; None when it is not installed."""
+    found = facts.get("containerd") or {}
+    return found.get("version") if found.get("installed") else None
+
+
 def verdict(facts: dict, k3s_version: str) -> str:
     """'ok', or 'install' (missing or below the floor for this Kubernetes minor)."""
-    have = facts.get("containerd_version")
+    have = installed_version(facts)
     return "ok" if have and versions.containerd_supported(have, k3s_version) else "install"
 
 
@@ -144,19 +151,20 @@ def _install_release(ctx: DeployContext, target: NodeTarget, arch: str) -> str:
 
 
 def _install(ctx: DeployContext, target: NodeTarget) -> str:
-    facts = host_facts.gather(target)
+    facts = target.gather_facts()
     installed = []
     if verdict(facts, ctx.plan.k3s.version) == "install" or ctx.dry_run:
         try:
-            arch = versions.release_arch(facts.get("arch"))
+            arch = versions.release_arch(facts.get("system", {}).get("arch"))
         except versions.UnsupportedArch as exc:
             raise StepFailed(f"{target.name}: {exc}: install containerd "
                              f"{versions.containerd_floor_text(ctx.plan.k3s.version)} yourself")
-        if "k3s" in ctx.shared.get("steps", ["k3s"]) or not facts.get("containerd_version"):
+        if "k3s" in ctx.shared.get("steps", ["k3s"]) or not installed_version(facts):
             installed.append(_install_release(ctx, target, arch))
     installed += packages.ensure_commands(target, {"runc": "runc"}, "containerd:missing")
-    if facts.get("nvidia_gpus") and not target.fact("nvidia-ctk", "command -v nvidia-ctk").ok:
-        if not facts.get("apt"):
+    nvidia = "nvidia" in gpus.vendors(facts)
+    if nvidia and not target.fact("nvidia-ctk", "command -v nvidia-ctk").ok:
+        if not facts["system"]["apt"]:
             raise StepFailed(f"{target.name} has NVIDIA GPUs but no nvidia-container-toolkit, and "
                              "it is not Debian/Ubuntu: install the toolkit yourself and re-run")
         target.session.change(NVIDIA_REPO, what="adding the NVIDIA container toolkit repository")
@@ -166,8 +174,8 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
 
 
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
-    facts = host_facts.gather(target)
-    text = render_config(facts.get("systemd", False), facts.get("nvidia_gpus", False))
+    facts = target.gather_facts()
+    text = render_config(facts["init"]["systemd"], "nvidia" in gpus.vendors(facts))
     current = target.fact(f"file:{CONFIG_PATH}", file_state(CONFIG_PATH))
     have = current.stdout.split()[:1]
     want = hashlib.sha256(text.encode()).hexdigest()

@@ -147,12 +147,12 @@ def _targets(store: Store, plan: ClusterPlan, factory: ShellFactory | None, dry_
         shell = None if dry_run else factory(node)
         session = NodeSession(spec.name, shell, None if dry_run else node_log_path(plan.name, spec.name),
                               log, secret_values, dry_run=dry_run, sudo=node.username != "root")
-        gpus = node.facts.get("gpus") or []
-        facts = {"nvidia_gpus": any("nvidia" in str(g).lower() for g in gpus),
-                 "amd_gpus": any("amd" in str(g).lower() for g in gpus),
-                 "arch": (node.facts.get("system") or {}).get("arch") or None,
-                 "public_ip": node.facts.get("public_ip")}
-        targets[spec.name] = NodeTarget(spec, session, facts=facts,
+        # what the pool saw: Volcano's device plugins need every node's GPUs, even where this
+        # deploy gathers no facts (e.g. --only volcano), a dry run its architecture; k3s falls
+        # back to the public IP the pool saw
+        seeds = {k: node.facts[k] for k in ("gpus", "amd_kfd", "system") if k in node.facts}
+        seeds["pool_public_ip"] = node.facts.get("public_ip")
+        targets[spec.name] = NodeTarget(spec, session, facts=seeds,
                                         state=members.get(spec.name, {}).get("state", {}))
     return targets
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import yaml
 
-from core.bootstrap import host_facts, services, versions
+from core.bootstrap import services, versions
 from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.nodes.facts import gpus
 
 BIN = "/usr/local/bin/k3s"
 CONFIG_DIR = "/etc/rancher/k3s"
@@ -134,13 +135,13 @@ def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
     flags: dict = {"node-name": spec.name, "node-ip": address,
                    "container-runtime-endpoint": f"unix://{SOCKET}",
                    "token-file": token_path(plan)}
-    public = external_ips(spec, target.facts.get("public_ip"))
-    behind_nat = spec.external_ip or (public[0] not in target.facts.get("addrs", public))
+    public = external_ips(spec, target.facts.get("pool_public_ip"))
+    behind_nat = spec.external_ip or (public[0] not in target.facts.get("addresses", public))
     if behind_nat or (plan.vpn and address != public[0]):
         flags["node-external-ip"] = public[0]
     if plan.vpn:
         flags["flannel-iface"] = plan.interface
-    if target.facts.get("systemd"):
+    if target.facts.get("init", {}).get("systemd"):
         flags["kubelet-arg"] = ["cgroup-driver=systemd"]
     vendor = gpu_vendor(target.facts)
     if vendor:
@@ -157,7 +158,8 @@ def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
 
 def gpu_vendor(facts: dict) -> str | None:
     """The value of the GPU-vendor node label the device plugins select on."""
-    return "nvidia" if facts.get("nvidia_gpus") else "amd" if facts.get("amd_gpus") else None
+    vendors = gpus.vendors(facts)
+    return "nvidia" if "nvidia" in vendors else "amd" if "amd" in vendors else None
 
 
 def render_config(plan: ClusterPlan, target: NodeTarget) -> str:
@@ -252,20 +254,20 @@ def download_command(version: str, arch: str, binary: str) -> str:
 
 
 def _arch(target: NodeTarget) -> str:
-    host_facts.gather(target)
+    target.gather_facts()
     try:
-        return versions.release_arch(target.facts.get("arch"))
+        return versions.release_arch(target.facts.get("system", {}).get("arch"))
     except versions.UnsupportedArch as exc:
         raise StepFailed(f"{target.name}: {exc}: use an amd64 or arm64 server") from None
 
 
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
     plan, session = ctx.plan, target.session
-    host_facts.gather(target)
+    target.gather_facts()
     token = ctx.secrets["k3s-token"]
     changed = session.ensure_file(token_path(plan), token + "\n", mode=0o600, secret=True)
     changed |= session.ensure_file(config_path(plan), render_config(plan, target), mode=0o600)
-    if target.facts.get("systemd"):
+    if target.facts["init"]["systemd"]:
         unit = f"/etc/systemd/system/{unit_name(target.spec.role)}.service"
         if session.ensure_file(unit, render_unit(plan, target.spec.role)):
             session.change("systemctl daemon-reload", what="reloading systemd")

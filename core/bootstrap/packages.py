@@ -6,7 +6,6 @@ What geotrain installed is remembered per node, so `clusters delete` removes onl
 
 from __future__ import annotations
 
-from core.bootstrap import host_facts
 from core.bootstrap.plan import NodeTarget
 from core.bootstrap.session import StepFailed
 
@@ -38,10 +37,10 @@ def ensure_commands(target: NodeTarget, wanted: dict[str, str], key: str) -> lis
     names = sorted({wanted[c] for c in missing})
     if not names:
         return []
-    facts = host_facts.gather(target)
-    if not facts.get("apt") and not target.session.dry_run:
+    system = target.gather_facts()["system"]
+    if not system["apt"] and not target.session.dry_run:
         raise StepFailed(f"{', '.join(names)} missing and {target.name} runs "
-                         f"{facts.get('os_id') or 'an unknown OS'} (not Debian/Ubuntu): "
+                         f"{system['os_id'] or 'an unknown OS'} (not Debian/Ubuntu): "
                          f"install {', '.join(names)} yourself and re-run")
     apt_install(target, names)
     mine = target.state.setdefault("installed_packages", [])

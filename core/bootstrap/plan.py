@@ -16,10 +16,11 @@ from core.bootstrap import versions
 from core.bootstrap.progress import ProgressEvent
 from core.bootstrap.session import CommandLog, NodeSession
 from core.errors import InvalidInput
+from core.nodes import facts as node_facts
+from core.nodes.blockers import WIREGUARD_INTERFACE as DEFAULT_INTERFACE
+from core.nodes.blockers import WIREGUARD_PORT
 
 DEFAULT_SUBNET = "10.99.0.0/24"
-DEFAULT_INTERFACE = "wg-geotrain"
-WIREGUARD_PORT = 51820
 DEFAULT_MTU = 1380
 VXLAN_OVERHEAD = 50
 
@@ -110,15 +111,26 @@ def assign_mesh_ips(subnet: str, nodes: list[NodeSpec]) -> None:
                                "keep the cluster's subnet, or delete and redeploy the cluster")
 
 
+FACTS_KEY = "node-facts"  # the probed result of the fact script
+# A dry run asks nothing: it assumes a Debian-like systemd node where we are root.
+DRY_RUN_OUTPUT = "".join(f"{node_facts.MARKER}{name}\n{text}\n" for name, text in {
+    "system": "Linux - x86_64\nID=debian", "init": "systemd", "sudo": "uid=0(root)\nroot"}.items())
+
+
 @dataclass
 class NodeTarget:
-    """One node during a deploy: its spec, its session, and facts gathered so far."""
+    """One node during a deploy: its spec, its session, and facts gathered so far.
+
+    `facts` holds the node's fact families (core.nodes.facts, as the node pool stores
+    them) and what steps note for later steps of the same deploy.
+    """
 
     spec: NodeSpec
     session: NodeSession
     facts: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)  # persisted in cluster_nodes.state
     probed: dict[str, Any] = field(default_factory=dict)  # fact results of the first round trip
+    gathered: bool = False  # the fact script ran in this deploy
 
     @property
     def name(self) -> str:
@@ -128,6 +140,23 @@ class NodeTarget:
         """The probed result for `key` (used once: later reads ask the node again)."""
         result = self.probed.pop(key, None)
         return result if result is not None else self.session.fact(command, **kwargs)
+
+    def gather_facts(self) -> dict[str, Any]:
+        """The node pool's fact script and parsers, run once per node per deploy.
+
+        A dry run keeps what it was seeded with (the GPUs the pool knows) and assumes the rest.
+        """
+        if self.session.dry_run:
+            for key, value in node_facts.parse_all(DRY_RUN_OUTPUT).items():
+                have = self.facts.setdefault(key, value)
+                if isinstance(have, dict) and isinstance(value, dict):  # complete a partial seed
+                    for sub, assumed in value.items():
+                        have.setdefault(sub, assumed)
+        elif not self.gathered:
+            result = self.fact(FACTS_KEY, node_facts.script(()), sudo=False)
+            self.facts.update(node_facts.parse_all(result.stdout))
+            self.gathered = True
+        return self.facts
 
     def ensure_file(self, path: str, content: str, mode: int = 0o644,
                     secret: bool = False) -> bool:

@@ -1,23 +1,27 @@
-"""Preflight: can each node take part? Blockers for every node before anything changes."""
+"""Preflight: can each node take part? Blockers for every node before anything changes.
+
+The rules are core.nodes.blockers (the node pool judges the same ones); here they are
+told what this deploy asks of the node: its role's ports, our WireGuard, the disk floor.
+"""
 
 from __future__ import annotations
 
-from core.bootstrap import containerd, host_facts, versions
-from core.bootstrap.plan import ClusterPlan, DeployContext, NodeTarget
+from core.bootstrap import containerd, versions
+from core.bootstrap.plan import FACTS_KEY, ClusterPlan, DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.nodes import blockers as policy
+from core.nodes import facts as node_facts
+from core.nodes.facts import gpus
 
-# Daemons that may already hold our ports on a node geotrain has set up before.
-OWN_PROCESSES = {"wireguard-go", "k3s", "k3s-server", "k3s-agent", "containerd"}
 
-
-def needed_ports(plan: ClusterPlan, role: str) -> list[tuple[str, int, str]]:
-    ports = [("tcp", 10250, "kubelet"), ("udp", 8472, "flannel VXLAN")]
-    if role == "server":
-        ports.append(("tcp", 6443, "Kubernetes API"))
-    if plan.vpn:
-        ports.append(("udp", plan.listen_port, "WireGuard"))
-    return ports
+def context(plan: ClusterPlan, target: NodeTarget) -> policy.Context:
+    """What this deploy asks of the node; a member already (it has recorded state) owns
+    the k3s it runs."""
+    return policy.Context(ours=bool(target.state),
+                          ports=policy.needed_ports(target.spec.role, plan.vpn, plan.listen_port),
+                          wg_port=plan.listen_port, wg_interface=plan.interface,
+                          min_disk_gb=plan.min_disk_gb, k3s_version=plan.k3s.version)
 
 
 def containerd_blockers(plan: ClusterPlan, facts: dict, steps: list[str]) -> list[str]:
@@ -29,67 +33,38 @@ def containerd_blockers(plan: ClusterPlan, facts: dict, steps: list[str]) -> lis
         return []
     if containerd.verdict(facts, plan.k3s.version) == "ok":
         return []
-    have = facts.get("containerd_version") or "missing"
+    have = containerd.installed_version(facts) or "missing"
     return [f"containerd {have} is not one Kubernetes {versions.k8s_minor(plan.k3s.version)} "
             f"supports ({versions.containerd_floor_text(plan.k3s.version)}): include the "
             f"containerd step so geotrain installs {versions.CONTAINERD_VERSION}, or upgrade it "
             "yourself"]
 
 
-def arch_blockers(facts: dict, steps: list[str]) -> list[str]:
-    if not {"k3s", "containerd"} & set(steps):
-        return []
-    try:
-        versions.release_arch(facts.get("arch"))
-    except versions.UnsupportedArch as exc:
-        return [f"{exc}: use an amd64 or arm64 server"]
-    return []
-
-
 def blockers(plan: ClusterPlan, target: NodeTarget, facts: dict,
              steps: list[str] | None = None) -> list[str]:
     """Everything that stops this node from joining, each with what to do."""
-    steps = list(steps or [])
-    found = containerd_blockers(plan, facts, steps) + arch_blockers(facts, steps)
-    if facts.get("kernel") != "Linux":
-        found.append(f"not Linux ({facts.get('kernel') or 'unknown'}): use a Linux server")
-    if facts.get("uid") != 0 and not facts.get("sudo_ok"):
-        found.append("no root and no password-less sudo: allow `sudo -n` for this user")
-    if facts.get("docker"):
-        found.append("a Docker engine runs here: stop and remove Docker, or pick another node")
-    free_gb = (facts.get("disk_kb") or 0) / 1024 / 1024
-    if free_gb < plan.min_disk_gb:
-        found.append(f"only {free_gb:.1f} GB free under /var/lib (need {plan.min_disk_gb:g}): "
-                     "free some space")
-    own_wg = plan.interface in facts.get("links", "")
-    for proto, port, what in needed_ports(plan, target.spec.role):
-        for have_proto, have_port, process in facts.get("listen", []):
-            if have_proto != proto or have_port != port or process in OWN_PROCESSES:
-                continue
-            if not process and (port != plan.listen_port or own_wg):
-                continue  # a kernel socket: our WireGuard interface, or flannel's VXLAN
-            found.append(f"{proto} port {port} ({what}) is taken by {process or 'the kernel'}: "
-                         "free it or pick another node")
-    return found
+    """Everything that stops this node from joining, each with what to do: the pool's rules,
+    and the containerd this run's k3s needs."""
+    return (policy.blockers(facts, context(plan, target))
+            + containerd_blockers(plan, facts, list(steps or [])))
 
 
 def _check(ctx: DeployContext, target: NodeTarget) -> str:
-    facts = host_facts.gather(target)
-    if facts.get("uid") != 0:
-        facts["sudo_ok"] = target.session.fact("sudo -n true", sudo=False).ok
-    facts["links"] = target.fact("links", _links_command(ctx)).stdout
+    facts = target.gather_facts()
     steps = ctx.shared.get("steps", [])
     found = [] if ctx.dry_run else blockers(ctx.plan, target, facts, steps)
     facts["blockers"] = found
     if found:
         raise StepFailed("; ".join(found))
-    gpus = "NVIDIA GPUs" if facts.get("nvidia_gpus") else "AMD GPUs" if facts.get("amd_gpus") else "no GPUs"
-    return (f"{facts.get('os_id') or 'linux'} {facts.get('os_version', '')}, {gpus}, "
+    vendors = gpus.vendors(facts)
+    kind = "NVIDIA GPUs" if "nvidia" in vendors else "AMD GPUs" if "amd" in vendors else "no GPUs"
+    system = facts.get("system", {})
+    return (f"{system.get('os_id') or 'linux'} {system.get('os_version', '')}, {kind}, "
             f"{_containerd_note(ctx, facts, steps)}ready")
 
 
 def _containerd_note(ctx: DeployContext, facts: dict, steps: list[str]) -> str:
-    have = facts.get("containerd_version")
+    have = containerd.installed_version(facts)
     if "containerd" not in steps or containerd.verdict(facts, ctx.plan.k3s.version) == "ok":
         return f"containerd {have}, " if have else ""
     if "k3s" in steps or not have:
@@ -97,12 +72,8 @@ def _containerd_note(ctx: DeployContext, facts: dict, steps: list[str]) -> str:
     return f"containerd {have} (below Kubernetes' floor: the k3s run upgrades it), "
 
 
-def _links_command(ctx: DeployContext) -> str:
-    return f"ip -o link show dev {ctx.plan.interface}"
-
-
 def _probe(ctx: DeployContext, target: NodeTarget) -> dict[str, str]:
-    return {**host_facts.probe(ctx, target), "links": _links_command(ctx)}
+    return {FACTS_KEY: node_facts.script(())}
 
 
 STEP = Step("preflight", [Phase("checks", _check)], gate=True, probe=_probe)

@@ -71,7 +71,7 @@ def ensure_running(target: NodeTarget, name: str, command: list[str], unit: str,
     """
     state = target.fact(f"svc:{name}", state_probe(name, unit)).stdout.split()
     todo: list[tuple[str, str]] = []
-    if target.facts.get("systemd"):
+    if target.facts.get("init", {}).get("systemd"):
         enabled, active = (state + ["", ""])[:2]
         if enabled != "enabled":
             todo.append((f"systemctl enable {unit}", f"enabling {unit}"))

@@ -31,7 +31,7 @@ from core.state.store import Store
 def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) -> list[tuple]:
     """The commands that remove geotrain's parts from one node, in order."""
     opts = plan.k3s
-    systemd = target.facts.get("systemd")
+    systemd = target.facts.get("init", {}).get("systemd")
     stop_k3s = ("systemctl disable --now k3s k3s-agent 2>/dev/null;"
                 " rm -f /etc/systemd/system/k3s.service /etc/systemd/system/k3s-agent.service;"
                 " systemctl daemon-reload" if systemd else
@@ -80,9 +80,7 @@ def release_removal(systemd: bool) -> str:
 
 def _undo(keep_packages: bool) -> Callable[[DeployContext, NodeTarget], str]:
     def run(ctx: DeployContext, target: NodeTarget) -> str:
-        from core.bootstrap import host_facts
-
-        host_facts.gather(target)
+        target.gather_facts()
         target.session.change_all(undo_commands(ctx.plan, target, keep_packages), timeout=600)
         return "geotrain's parts removed"
     return run

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from core.nodes.blockers import RELEASE_ARCH
+
 # k3s (Kubernetes 1.31): https://github.com/k3s-io/k3s/releases/tag/v1.31.4%2Bk3s1
 K3S_VERSION = "v1.31.4+k3s1"
 K3S_RELEASES = "https://github.com/k3s-io/k3s/releases/download"
@@ -42,7 +44,7 @@ AMD_PLUGIN_VERSION = "1.31.0.7"
 AMD_PLUGIN_IMAGE = f"docker.io/rocm/k8s-device-plugin:{AMD_PLUGIN_VERSION}"
 
 # `uname -m` -> the release asset suffix k3s and containerd use.
-ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+ARCHES = RELEASE_ARCH  # one table: the node policy blocks what has no release
 
 
 class UnsupportedArch(ValueError):

@@ -36,7 +36,7 @@ def probe(ctx: DeployContext) -> dict[str, str]:
 
 def ensure_boot(ctx: DeployContext, target: NodeTarget, peers: list, key_path: str) -> bool:
     """Write the config and enable the unit where systemd runs; True if anything changed."""
-    if not target.facts.get("systemd"):
+    if not target.facts.get("init", {}).get("systemd"):
         return False
     iface = ctx.plan.interface
     text = render_quick_config(ctx, target, peers, key_path)

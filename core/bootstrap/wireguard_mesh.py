@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from core.bootstrap import host_facts, packages, paths_on_node, wireguard_boot
+from core.bootstrap import packages, paths_on_node, wireguard_boot
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
@@ -87,12 +87,12 @@ def parse_interface(output: str) -> InterfaceState:
 
 
 def _tools(ctx: DeployContext, target: NodeTarget) -> str:
-    facts = host_facts.gather(target)
+    kernel = target.gather_facts()["wireguard"]["kernel_module"]
     wanted = {"wg": "wireguard-tools"}
-    if not facts.get("wg_kernel"):
+    if not kernel:
         wanted["wireguard-go"] = "wireguard-go"
     installed = packages.ensure_commands(target, wanted, "wg:missing")
-    mode = "kernel module" if facts.get("wg_kernel") else "wireguard-go"
+    mode = "kernel module" if kernel else "wireguard-go"
     return f"installed {', '.join(installed)}" if installed else f"tools present ({mode})"
 
 
@@ -161,7 +161,7 @@ def _interface(ctx: DeployContext, target: NodeTarget) -> str:
     state = parse_interface(target.fact("wg:iface", interface_command(iface)).stdout)
     todo: list[tuple[str, str]] = []
     if not state.exists:
-        if target.facts.get("wg_kernel"):
+        if target.facts.get("wireguard", {}).get("kernel_module"):
             todo.append((f"ip link add dev {iface} type wireguard", "creating the interface"))
         else:
             todo.append((f"wireguard-go {iface}", "starting wireguard-go"))

@@ -9,6 +9,7 @@ from core.cli import prompts
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
 from core.domain.records import Node
+from core.nodes.facts import listening
 from core.nodes.import_file import read_import_file
 from core.nodes.pool import ImportRequest, NodePool, Prompts
 from core.nodes.ssh import parse_endpoint, ssh_config_host
@@ -135,7 +136,7 @@ def cmd_show(args) -> int:
         ("k3s", f.get("k3s", {}).get("version") or ("yes" if f.get("k3s", {}).get("installed") else "no")),
         ("sudo", "root" if f.get("sudo", {}).get("root") else
          ("passwordless" if f.get("sudo", {}).get("passwordless") else "needs a password / none")),
-        ("udp 51820", "free" if f.get("udp_51820", {}).get("free", True) else "in use"),
+        ("udp 51820", "in use" if listening.holders(f.get("listening", []), "udp", 51820) else "free"),
         ("public ip", f.get("public_ip") or "unknown"),
     ]
     width = max(len(k) for k, _ in rows)

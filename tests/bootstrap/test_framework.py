@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from core.bootstrap import host_facts, load_steps, preflight
+from core.bootstrap import load_steps, preflight
 from core.bootstrap.plan import (ClusterPlan, DeployContext, NodeSpec, NodeTarget,
                                  assign_mesh_ips)
 from core.bootstrap.runner import Phase, Step, run_steps
 from core.bootstrap.session import CommandLog, NodeSession, StepFailed, file_state
 from core.bootstrap.wireguard_mesh import Peer, parse_interface, peer_changes
 from core.errors import InvalidInput
+from core.nodes import facts as node_facts
+from core.nodes.status import status_for
 from tests.bootstrap.local_shell import LocalShell
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -55,17 +57,49 @@ def test_peer_changes_only_for_what_differs():
     assert args[args.index("persistent-keepalive") + 1] == "0" and pending == [KEY_A, KEY_B]
 
 
-def test_host_facts_and_blockers_from_recorded_output():
-    facts = host_facts.parse((FIXTURES / "host_facts.txt").read_text())
-    assert facts["kernel"] == "Linux" and facts["apt"] and not facts["systemd"]
-    assert ("udp", 51820, "nc") in facts["listen"]
-    plan = ClusterPlan("c", [NodeSpec("a", "10.202.0.10", role="server")])
+def test_node_facts_and_blockers_from_recorded_output():
+    """The fact script's output on a test host (python3 on 51820, a kernel VXLAN socket on
+    8472), judged by preflight and by node status alike (one rule set)."""
+    facts = node_facts.parse_all((FIXTURES / "host_facts.txt").read_text())
+    assert facts["system"]["system"] == "Linux" and facts["system"]["apt"]
+    assert not facts["init"]["systemd"] and facts["addresses"] == ["127.0.0.1", "10.209.0.10"]
+    assert ("udp", 51820, "python3") in facts["listening"]
+    assert ("udp", 8472, "") in facts["listening"]  # the kernel's: never a blocker
+    plan = ClusterPlan("c", [NodeSpec("a", "10.209.0.10", role="server")])
     target = NodeTarget(plan.nodes[0], session=None)
     found = preflight.blockers(plan, target, facts)
-    assert len(found) == 1 and "udp port 51820 (WireGuard) is taken by nc" in found[0]
-    facts["docker"], facts["disk_kb"] = True, 1024
+    assert found == ["udp port 51820 (WireGuard) is taken by python3: free it or pick another node"]
+    assert status_for(facts, None) == ("BLOCKED", found)
+    assert status_for(facts, "c") == ("IN_CLUSTER", [])  # our own WireGuard holds it there
+    facts["docker"] = {"engine": True, "evidence": ["running dockerd"]}
+    facts["disk"]["var_lib_free_gb"] = 1.0
     found = preflight.blockers(plan, target, facts)
-    assert any("Docker" in b for b in found) and any("GB free" in b for b in found)
+    assert any("Docker engine" in b for b in found) and any("1.0 GB free" in b for b in found)
+    assert status_for(facts, None)[1] == found
+
+
+def test_dry_run_assumes_a_debian_systemd_node_and_keeps_the_pools_gpus(tmp_path):
+    session = NodeSession("a", None, None, CommandLog(), [], dry_run=True)
+    seeded = {"gpus": [{"vendor": "nvidia", "index": 0, "name": "H100"}]}
+    target = NodeTarget(NodeSpec("a", "h"), session, facts=dict(seeded))
+    facts = target.gather_facts()
+    assert facts["init"]["systemd"] and facts["system"]["apt"] and facts["sudo"]["root"]
+    assert facts["gpus"] == seeded["gpus"] and session.command_log.records == []
+
+
+def test_the_fact_script_runs_once_per_node_per_deploy(tmp_path):
+    """Preflight probes it in the first round trip; every later step reads the cache."""
+    log = CommandLog()
+    plan = ClusterPlan("c", [NodeSpec("a", "a")])
+    target = NodeTarget(plan.nodes[0], _session("a", log, tmp_path))
+    ctx = DeployContext(plan, {"a": target}, log)
+    target.probed = target.session.probe(preflight.STEP.probe(ctx, target))
+    first = target.gather_facts()
+    assert target.gather_facts() is first and first["system"]["system"] == "Linux"
+    assert len(target.session.shell.commands) == 1  # the probe round trip, nothing after it
+    unprobed = NodeTarget(NodeSpec("b", "b"), _session("b", log, tmp_path))
+    unprobed.gather_facts(), unprobed.gather_facts()
+    assert len(unprobed.session.shell.commands) == 1
 
 
 def test_mesh_addresses_are_stable_and_checked():

@@ -180,12 +180,12 @@ def test_the_pinned_containerd_meets_the_floor_it_is_installed_for():
 
 def test_preflight_refuses_an_old_containerd_unless_this_run_upgrades_it():
     plan = ClusterPlan("up", [NodeSpec("gpu0", "198.51.100.10", "server")])
-    facts = {"containerd_version": "1.4.13~ds1", "arch": "x86_64"}
+    facts = {"containerd": {"installed": True, "version": "1.4.13~ds1"}, "system": {"arch": "x86_64"}}
     [blocker] = preflight.containerd_blockers(plan, facts, ["preflight", "k3s"])
     assert blocker.startswith("containerd 1.4.13~ds1 is not one Kubernetes 1.31 supports")
     assert "include the containerd step" in blocker and "\n" not in blocker
     assert preflight.containerd_blockers(plan, facts, ["preflight", "containerd", "k3s"]) == []
-    assert preflight.containerd_blockers(plan, {**facts, "containerd_version": "1.7.24"},
+    assert preflight.containerd_blockers(plan, {**facts, "containerd": {"installed": True, "version": "1.7.24"}},
                                          ["preflight", "k3s"]) == []
 
 
@@ -212,8 +212,12 @@ def test_every_download_matches_the_node_architecture(geotrain_home):
 
 
 def test_an_unknown_architecture_is_a_blocker():
-    assert preflight.arch_blockers({"arch": "riscv64"}, ["k3s"])[0].startswith(
-        "CPU architecture 'riscv64' has no k3s/containerd release")
+    from core.nodes import blockers as policy
+
+    [blocker] = policy.architecture({"system": {"arch": "riscv64"}}, policy.Context())
+    assert blocker.startswith("unsupported architecture riscv64")
+    with pytest.raises(versions.UnsupportedArch):
+        versions.release_arch("riscv64")
 
 
 # Volcano v1.11 (the release paired with Kubernetes 1.31 by the README's compatibility
@@ -282,7 +286,7 @@ def test_dry_run_yaml_has_no_anchors(geotrain_home):
 def test_k3s_config_values_never_reach_a_shell_unquoted(tmp_path):
     session = NodeSession("n", None, None, CommandLog(), [], dry_run=True)
     target = NodeTarget(NodeSpec("n", "198.51.100.10", "server"), session,
-                        facts={"arch": "x86_64"})
+                        facts={"system": {"arch": "x86_64"}})
     plan = ClusterPlan("up", [target.spec])
     plan.k3s.bin_dir = "/opt/geo bin/$(touch canary)"
     assert k3s.download_command(plan.k3s.version, "amd64", plan.k3s.bin_dir + "/k3s").count(
@@ -317,7 +321,7 @@ def test_delete_removes_the_containerd_release_it_installed_unless_packages_are_
 
     session = NodeSession("n", None, None, CommandLog(), [], dry_run=True)
     target = NodeTarget(NodeSpec("n", "198.51.100.10", "server"), session,
-                        facts={"systemd": True}, state={"containerd_release": "1.7.24"})
+                        facts={"init": {"systemd": True}}, state={"containerd_release": "1.7.24"})
     plan = ClusterPlan("up", [target.spec])
     whats = [what for _, what in undo_commands(plan, target, keep_packages=False)]
     removal = whats.index("removing the containerd release geotrain put in")

@@ -36,8 +36,9 @@ def _deploy(tmp_path: Path, systemd: bool):
     plan.volcano.queue = QUEUE
     log = CommandLog()
     targets = {s.name: NodeTarget(s, NodeSession(s.name, None, None, log, [], dry_run=True),
-                                  facts={"systemd": systemd, "arch": "x86_64",
-                                         "nvidia_gpus": i == 1, "amd_gpus": i == 2})
+                                  facts={"init": {"systemd": systemd}, "system": {"arch": "x86_64"},
+                                         "gpus": [{"vendor": v} for v in ("nvidia", "amd")[i - 1:i]
+                                                  if i]})
                for i, s in enumerate(specs)}
     ctx = DeployContext(plan, targets, log, secrets={"k3s-token": "t0ken"}, dry_run=True)
     ctx.shared["steps"] = ["containerd", "k3s", "volcano"]

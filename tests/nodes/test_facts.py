@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.nodes import facts
-from core.nodes.facts import containerd, cpu, disk, docker, gpus, k3s, public_ip, sudo, system, udp_port
+from core.nodes.facts import (addresses, containerd, cpu, disk, docker, gpus, init, k3s, listening,
+                              public_ip, sudo, system)
 from core.nodes.status import status_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -53,7 +54,8 @@ def test_rocm_62_device_name_spelling():
 
 
 def test_rocm_absent_or_garbled():
-    assert gpus.parse_rocm("") == {"gpus": [], "error": None}
+    assert gpus.parse_rocm("") == {"gpus": [], "error": None, "kfd": False}
+    assert gpus.parse_rocm("kfd\n")["kfd"]  # the amdgpu compute driver, no rocm-smi
     assert "no valid JSON" in gpus.parse_rocm("WARNING: banner\n{not json")["error"]
 
 
@@ -66,7 +68,7 @@ def test_host_with_docker_engine_is_blocked_and_has_eight_gpus():
     assert len(found["gpus"]) == 8 and found["public_ip"] == "198.51.100.23"
     assert found["docker"]["engine"] and found["docker"]["cli"]
     assert found["containerd"] == {"installed": True, "version": "1.6.31", "running": True}
-    assert found["udp_51820"]["free"]
+    assert not listening.holders(found["listening"], "udp", 51820)
     assert found["wireguard"] == {"tools": False, "wireguard_go": False, "kernel_module": True,
                                   "interfaces": ["wg0"]}
     status, reasons = status_for(found, None)
@@ -80,7 +82,8 @@ def test_host_without_sudo_and_busy_wireguard_port():
     assert found["sudo"] == {"user": "ubuntu", "root": False, "passwordless": False,
                              "sudo": "password-required"}
     assert not found["docker"]["engine"] and found["docker"]["cli"]  # a CLI alone is harmless
-    assert found["udp_51820"]["free"] is False and found["public_ip"] is None
+    assert listening.holders(found["listening"], "udp", 51820) == [""]  # /proc/net: no process
+    assert found["public_ip"] is None
     status, reasons = status_for(found, None)
     assert status == "BLOCKED"
     assert any("ubuntu needs a password for sudo" in r for r in reasons)
@@ -116,10 +119,12 @@ def test_containerd_version_from_the_package_or_the_binary():
 def test_small_parsers_on_empty_or_odd_output():
     assert system.parse("")["system"] == "unknown"
     assert cpu.parse("") == {"model": "unknown", "cores": 0}
-    assert disk.parse("df: /: No such file") == {"total_gb": 0.0, "free_gb": 0.0}
+    assert disk.parse("df: /: No such file") == {"total_gb": 0.0, "free_gb": 0.0, "var_lib_free_gb": 0.0}
     assert docker.parse("") == {"engine": False, "cli": False, "evidence": []}
     assert sudo.parse("bob\nno-sudo")["sudo"] == "no-sudo"
-    assert udp_port.parse(" 7: 00000000:CA6D 00000000:0000 07")["free"]  # 51821, not 51820
+    assert listening.parse(" 7: 00000000:CA6D 00000000:0000 07") == [("udp", 51821, "")]
+    assert init.parse("") == {"pid1": "", "systemd": False}
+    assert addresses.parse("") == [] and listening.parse("") == []
     assert public_ip.parse("<html>rate limited</html>") is None
     leftover = k3s.parse("data /var/lib/rancher/k3s")  # uninstalled: no binary, data kept
     assert not leftover["installed"] and leftover["data_dir"]
@@ -133,3 +138,27 @@ def test_script_marks_every_family_once():
         assert text.count(f"{facts.MARKER}{name}'") == 1
     assert "example.invalid" in text
     assert "curl" not in facts.script(())
+
+
+def test_listening_sockets_from_ss_or_proc():
+    # ss -Hlntup (iproute2): IPv6 brackets, `*` for any address, no process for the kernel's
+    ss = ('tcp LISTEN 0 4096 [::]:6443 [::]:* users:(("k3s-server",pid=9,fd=7))\n'
+          "udp UNCONN 0 0 *:8472 *:*\n")
+    assert listening.parse(ss) == [("tcp", 6443, "k3s-server"), ("udp", 8472, "")]
+    # without ss: /proc/net/tcp counts LISTEN (0A) only; the udp header ends in "drops"
+    proc = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+            "   0: 00000000:2802 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n"
+            "   1: 0A000001:0016 0A000002:D431 01 00000000:00000000 00:00000000 00000000     0        0 2\n"
+            "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n"
+            "   2: 00000000:2118 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 3 2 0 0\n")
+    assert listening.parse(proc) == [("tcp", 10242, ""), ("udp", 8472, "")]
+
+
+def test_addresses_init_and_var_lib_from_command_output():
+    ip = ("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+          "2: eth0    inet 10.0.0.5/24 brd 10.0.0.255 scope global eth0\\       valid_lft forever\n")
+    assert addresses.parse(ip) == ["127.0.0.1", "10.0.0.5"]
+    assert init.parse("systemd\n") == {"pid1": "systemd", "systemd": True}
+    df = ("Filesystem 1024-blocks Used Available Capacity Mounted on\n"
+          "/dev/sda1 104857600 0 52428800 50% /\n/dev/sdb1 20971520 0 2097152 90% /var/lib\n")
+    assert disk.parse(df) == {"total_gb": 100.0, "free_gb": 50.0, "var_lib_free_gb": 2.0}

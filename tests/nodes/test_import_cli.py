@@ -12,6 +12,7 @@ import time
 import pytest
 
 from core.cli import main
+from core.nodes.facts import listening
 from core.nodes.known_hosts import known_hosts_path
 from tests.testhosts import start_ip_echo
 
@@ -72,7 +73,8 @@ def test_import_three_hosts_at_once_and_list_json(make_test_hosts, ip_echo, caps
         assert (node["host"], node["datacenter"]) == (host.ip, f"dc-{host.name[-1]}")
         assert facts["system"]["system"] == "Linux" and facts["system"]["arch"]
         assert facts["cpu"]["cores"] >= 1 and facts["memory"]["total_mb"] > 0
-        assert facts["disk"]["free_gb"] > 0 and facts["udp_51820"]["free"]
+        assert facts["disk"]["free_gb"] > 0 and facts["disk"]["var_lib_free_gb"] > 0
+        assert not listening.holders(facts["listening"], "udp", 51820)
         assert facts["sudo"]["root"] and facts["gpus"] == []
         assert facts["public_ip"] == host.ip, "the probe needs curl or wget here (apt-get install curl)"
     pins = known_hosts_path().read_text().splitlines()
@@ -95,7 +97,8 @@ def test_refresh_marks_unreachable_and_blocked_then_remove(make_test_hosts, caps
     assert code == 1
     nodes = {n["name"]: n for n in listed(capsys)}
     assert nodes[a.name]["status"] == "BLOCKED"
-    assert "UDP port 51820 is in use" in nodes[a.name]["blockers"][0]
+    # the preflight's words (one blocker policy): the process is named where ss can see it
+    assert "udp port 51820 (WireGuard) is taken by python3" in nodes[a.name]["blockers"][0]
     assert nodes[b.name]["status"] == "UNREACHABLE"
     assert "connection refused" in nodes[b.name]["blockers"][0]
     b.restart_sshd()

@@ -3,6 +3,8 @@
 All families run as one POSIX shell script in a single SSH round-trip, each output
 behind a marker line; `parse_all` splits the output and hands each part to its parser.
 The public-address probe (network, slowest) runs in the background meanwhile.
+The node pool (import, refresh) and the cluster wizard (once per node per deploy) run
+the same script; core.nodes.blockers judges what it found.
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from core.nodes.facts import (containerd, cpu, disk, docker, gpus, k3s, memory, public_ip, sudo,
-                        system, udp_port, wireguard)
+from core.nodes.facts import (addresses, containerd, cpu, disk, docker, gpus, init, k3s,
+                              listening, memory, public_ip, sudo, system, wireguard)
 
 MARKER = "@@geotrain-fact:"
 
 # name -> (command, parser); the parsed value is stored under the same name
 FAMILIES: dict[str, tuple[str, Callable[[str], object]]] = {
     "system": (system.COMMAND, system.parse),
+    "init": (init.COMMAND, init.parse),
     "cpu": (cpu.COMMAND, cpu.parse),
     "memory": (memory.COMMAND, memory.parse),
     "disk": (disk.COMMAND, disk.parse),
@@ -28,7 +31,8 @@ FAMILIES: dict[str, tuple[str, Callable[[str], object]]] = {
     "wireguard": (wireguard.COMMAND, wireguard.parse),
     "k3s": (k3s.COMMAND, k3s.parse),
     "sudo": (sudo.COMMAND, sudo.parse),
-    "udp_51820": (udp_port.COMMAND, udp_port.parse),
+    "addresses": (addresses.COMMAND, addresses.parse),
+    "listening": (listening.COMMAND, listening.parse),
 }
 
 
@@ -47,6 +51,7 @@ def script(public_ip_urls: tuple[str, ...] = public_ip.DEFAULT_URLS) -> str:
 
 
 def split_sections(output: str) -> dict[str, str]:
+    """The script's output -> {family: its command's output}."""
     sections: dict[str, list[str]] = {}
     current = None
     for line in output.splitlines():
@@ -65,6 +70,7 @@ def parse_all(output: str) -> dict:
     nvidia, rocm = facts.pop("nvidia"), facts.pop("rocm")
     facts["gpus"] = nvidia["gpus"] + rocm["gpus"]
     facts["gpu_errors"] = [e for e in (nvidia["error"], rocm["error"]) if e]
+    facts["amd_kfd"] = rocm["kfd"]
     facts["public_ip"] = public_ip.parse(sections.get("public_ip", ""))
     facts["gathered_at"] = time.time()
     return facts

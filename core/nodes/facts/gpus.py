@@ -11,7 +11,8 @@ import re
 
 NVIDIA_COMMAND = ("command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi "
                   "--query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1")
-ROCM_COMMAND = ("command -v rocm-smi >/dev/null 2>&1 && "
+# /dev/kfd (the amdgpu compute driver) says "AMD GPUs" even where rocm-smi is not installed
+ROCM_COMMAND = ("[ -e /dev/kfd ] && echo kfd; command -v rocm-smi >/dev/null 2>&1 && "
                 "rocm-smi --showproductname --showmeminfo vram --json")
 _NAME_KEYS = ("cardseries", "devicename", "cardmodel")
 _VRAM_KEY = "vramtotalmemoryb"
@@ -41,13 +42,15 @@ def _loose(key: str) -> str:
 
 
 def parse_rocm(output: str) -> dict:
+    """-> {"gpus": [...], "error": str|None, "kfd": bool}."""
+    kfd = "kfd" in output.split("{", 1)[0].split()
     text = output[output.find("{"):] if "{" in output else ""
     if not text.strip():
-        return {"gpus": [], "error": None}
+        return {"gpus": [], "error": None, "kfd": kfd}
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return {"gpus": [], "error": f"rocm-smi printed no valid JSON: {exc}"}
+        return {"gpus": [], "error": f"rocm-smi printed no valid JSON: {exc}", "kfd": kfd}
     gpus = []
     cards = sorted((k for k in data if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:]))
     for card in cards:
@@ -58,4 +61,10 @@ def parse_rocm(output: str) -> dict:
                      "memory_mb": int(vram) // 2**20 if vram.isdigit() else None,
                      "driver": fields.get("driverversion") or None,
                      "gfx": fields.get("gfxversion") or None})
-    return {"gpus": gpus, "error": None}
+    return {"gpus": gpus, "error": None, "kfd": kfd}
+
+
+def vendors(facts: dict) -> set[str]:
+    """"nvidia" and/or "amd": the GPUs the node's facts show (cards, or AMD's compute driver)."""
+    found = {g.get("vendor") for g in facts.get("gpus", [])}
+    return (found | ({"amd"} if facts.get("amd_kfd") else set())) & {"nvidia", "amd"}

@@ -1,4 +1,6 @@
-"""Operating system, kernel and architecture: `uname` plus /etc/os-release."""
+"""Operating system, kernel and architecture: `uname` plus /etc/os-release.
+
+`apt` says whether the wizard can install packages (Debian, Ubuntu and their kin)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ def parse(output: str) -> dict:
         key, sep, value = line.partition("=")
         if sep and key.strip().isupper():
             release[key.strip()] = value.strip().strip('"').strip("'")
+    like = f"{release.get('ID', '')} {release.get('ID_LIKE', '')}"
     return {
         "system": first[0] if first else "unknown",
         "kernel": first[1] if len(first) > 1 else "",
@@ -20,4 +23,6 @@ def parse(output: str) -> dict:
         "os_id": release.get("ID", ""),
         "os_version": release.get("VERSION_ID", ""),
         "os_name": release.get("PRETTY_NAME") or release.get("NAME", ""),
+        "os_like": release.get("ID_LIKE", ""),
+        "apt": "debian" in like or "ubuntu" in like,
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 COMMAND = ("command -v wg >/dev/null 2>&1 && echo tools; "
            "command -v wireguard-go >/dev/null 2>&1 && echo wireguard-go; "
            "[ -d /sys/module/wireguard ] && echo module-loaded; "
-           "modinfo wireguard >/dev/null 2>&1 && echo module-available; "
+           "{ modinfo wireguard >/dev/null 2>&1 || modprobe -n -q wireguard 2>/dev/null; } && echo module-available; "
            "for s in /var/run/wireguard/*.sock; do [ -S \"$s\" ] && echo \"iface $(basename \"$s\" .sock)\"; done; "
            "ip -o link show type wireguard; true")
 
