@@ -16,8 +16,11 @@ import torch.distributed as dist
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.random.get_rng_state(), "python": random.getstate(),
-             "numpy": numpy.random.get_state()}
+    """Generator states as tensors and plain values only, so checkpoints load weights-only."""
+    numpy_state = numpy.random.get_state(legacy=False)
+    numpy_state["state"] = {"key": torch.from_numpy(numpy_state["state"]["key"].astype(numpy.int64)),
+                            "pos": int(numpy_state["state"]["pos"])}
+    state = {"torch": torch.random.get_rng_state(), "python": random.getstate(), "numpy": numpy_state}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -26,7 +29,10 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     torch.random.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    numpy.random.set_state(state["numpy"])
+    numpy_state = dict(state["numpy"])
+    numpy_state["state"] = {"key": numpy_state["state"]["key"].numpy().astype(numpy.uint32),
+                            "pos": numpy_state["state"]["pos"]}
+    numpy.random.set_state(numpy_state)
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

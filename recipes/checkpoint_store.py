@@ -7,6 +7,10 @@ A rank's checkpoint of step S is `step_S/rank_R.pt` plus `step_S/rank_R.json`
 so a checkpoint without a manifest, or whose file does not match it, is half-written
 (a kill mid-save, a truncated copy) and is skipped with a warning, never loaded.
 
+Checkpoints are read with torch's weights-only unpickler: tensors, numbers, strings and
+containers only. A file that would build any other object (a planted pickle whose
+`__reduce__` runs code) is refused and skipped like a corrupt one; nothing in it runs.
+
 Settings come from the environment the backend sets:
     GEOTRAIN_CHECKPOINT_DIR        where checkpoints go (default <out_dir>/checkpoints)
     GEOTRAIN_CHECKPOINT_HF_REPO    HF repo mirrored to (needs HF_TOKEN; HF_ENDPOINT honoured)
@@ -17,15 +21,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import sys
 import threading
+import warnings
+import zipfile
 from pathlib import Path
 
 import torch
 
-STEP_DIR = re.compile(r"^step_(\d{8})$")
+STEP_DIR = re.compile(r"step_(\d{8})")  # used with fullmatch: no trailing newline slips through
 
 
 def warn(message: str) -> None:
@@ -60,6 +67,32 @@ def step_dir(root: Path, step: int) -> Path:
 def rank_files(root: Path, step: int, rank: int) -> tuple[Path, Path]:
     folder = step_dir(root, step)
     return folder / f"rank_{rank}.pt", folder / f"rank_{rank}.json"
+
+
+class CheckpointRefused(Exception):
+    """A checkpoint file that is not plain tensors and data (or not a checkpoint at all)."""
+
+
+def safe_load(path: Path, mmap: bool = False) -> dict:
+    """Load a checkpoint without running code from it (torch's weights-only unpickler)."""
+    mmap = mmap and zipfile.is_zipfile(path)  # a bare pickle cannot be mapped: read it whole
+    try:
+        with warnings.catch_warnings():  # torch warns (multi-line) about odd pickle protocols
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:  # what weights_only raises, e.g. for a forbidden global
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        named = next((line for line in lines if "GLOBAL" in line), "")
+        if named:
+            raise CheckpointRefused("it would build objects a checkpoint may not hold, so code could "
+                                    f"run ({named[:200]})") from None
+        raise CheckpointRefused(f"it is not a readable checkpoint ({(lines or ['?'])[0][:200]})") from None
+    except (RuntimeError, ValueError, EOFError, OSError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise CheckpointRefused(f"it is not a readable checkpoint ({first[:200]})") from None
+    if not isinstance(state, dict):
+        raise CheckpointRefused(f"it holds a {type(state).__name__}, not a checkpoint mapping")
+    return state
 
 
 class CheckpointStore:
@@ -103,7 +136,7 @@ class CheckpointStore:
             return []
         found = []
         for child in self.root.iterdir():
-            match = STEP_DIR.match(child.name)
+            match = STEP_DIR.fullmatch(child.name)
             if match and ((child / f"rank_{self.rank}.pt").exists()
                           or (child / f"rank_{self.rank}.json").exists()):
                 found.append(int(match.group(1)))
@@ -129,6 +162,11 @@ class CheckpointStore:
             warn(f"{where} is truncated or corrupt ({size} bytes, manifest says "
                  f"{manifest.get('bytes')}): skipped")
             return False
+        try:  # mmap: only the structure is read, the tensors' bytes stay on disk
+            safe_load(data_path, mmap=True)
+        except CheckpointRefused as exc:
+            warn(f"{where} is refused: {exc}: skipped")
+            return False
         return True
 
     def newest_complete(self) -> int | None:
@@ -147,8 +185,7 @@ class CheckpointStore:
         return [s for s in self.steps_on_disk() if self.is_complete(s)]
 
     def load(self, step: int) -> dict:
-        return torch.load(rank_files(self.root, step, self.rank)[0], map_location="cpu",
-                          weights_only=False)
+        return safe_load(rank_files(self.root, step, self.rank)[0])
 
     def wait(self) -> None:
         if self.hub is not None:
@@ -202,7 +239,7 @@ class HubMirror:
             warn(f"cannot list the HF Hub repo {self.repo}: {exc}")
             return []
         return sorted({int(m.group(1)) for f in files
-                       if (m := re.match(rf"^checkpoints/step_(\d{{8}})/rank_{rank}\.json$", f))})
+                       if (m := re.fullmatch(rf"checkpoints/step_(\d{{8}})/rank_{rank}\.json", f))})
 
     def download(self, root: Path, rank: int, step: int) -> bool:
         """Copy one rank's checkpoint from the hub to disk, file first, manifest last."""

@@ -22,6 +22,7 @@ from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, ma
                             render_manifests, secret_name, token_env_names)
 from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
+from core.kubernetes.recovery_manifests import claim_name
 from core.state.secret_store import SecretStore
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
@@ -136,6 +137,9 @@ class KubernetesBackend(Backend):
             elif kind == "Secret":
                 client.CoreV1Api(self.api).create_namespaced_secret(
                     self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
+            elif kind == "PersistentVolumeClaim":
+                client.CoreV1Api(self.api).create_namespaced_persistent_volume_claim(
+                    self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
             else:
                 client.CoreV1Api(self.api).create_namespaced_config_map(
                     self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
@@ -176,6 +180,9 @@ class KubernetesBackend(Backend):
                 elif kind == "Secret":
                     client.CoreV1Api(self.api).delete_namespaced_secret(
                         name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
+                elif kind == "PersistentVolumeClaim":
+                    client.CoreV1Api(self.api).delete_namespaced_persistent_volume_claim(
+                        name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
                 else:
                     client.CoreV1Api(self.api).delete_namespaced_config_map(
                         name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
@@ -187,6 +194,9 @@ class KubernetesBackend(Backend):
         self._delete_object("Job", job_name(workspace_id))
         self._delete_object("Secret", secret_name(workspace_id))
         self._delete_object("ConfigMap", config_map_name(workspace_id))
+        # The workspace's own checkpoint claim (none when it used recovery.pvc or a node
+        # directory: then this is a 404, which is fine). Kubernetes keeps it until the pods are gone.
+        self._delete_object("PersistentVolumeClaim", claim_name(job_name(workspace_id)))
 
     def list(self) -> list[str]:
         with self._errors("listing Volcano jobs", volcano=True):

@@ -10,19 +10,32 @@ missing worker. Backends turn them into worker environment and job policies.
       op_timeout_s: 30           # bound on one outer-step collective
       standby: true              # local elastic pool: keep one warm spare worker for fast restarts
       checkpoint_dir: /data/ckpt # local: a directory on this machine (default: the run dir)
-      host_path: /var/lib/geotrain/checkpoints   # kubernetes: a directory on each node
-      pvc: my-claim              # kubernetes: a PersistentVolumeClaim (shared by the pods)
+      host_path: /srv/geotrain   # kubernetes: a directory on each node; each workspace
+                                 #   mounts only <host_path>/<job> (clusters without Pod Security)
+      pvc: my-claim              # kubernetes: an existing claim; each workspace mounts its sub-path
+      storage_class: fast-rwx    # kubernetes: class of the per-workspace claim made by default
       hf_repo: me/run-ckpts      # HF Hub copy of record (needs an HF token)
 """
 
 from __future__ import annotations
 
+import posixpath
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from core.errors import FieldError
 
 ALGORITHMS_THAT_STAY_UP = ("diloco", "demo")
+# A node directory a pod may write into must not be (or be inside) one the system or the
+# cluster runs from: a pod writing there could replace binaries, cron jobs or kubelet state.
+SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot",
+               "/dev", "/proc", "/sys", "/run", "/var/run", "/root", "/var/lib/kubelet",
+               "/var/lib/rancher", "/var/lib/containerd", "/var/lib/docker")
+TOP_LEVEL_ONLY = ("/", "/home", "/var", "/var/lib", "/tmp", "/opt", "/srv", "/mnt", "/media")
+# DNS-1123 subdomain: names of claims and storage classes
+# (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-subdomain-names).
+K8S_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass
@@ -36,6 +49,7 @@ class RecoverySettings:
     checkpoint_dir: str | None = None
     host_path: str | None = None
     pvc: str | None = None
+    storage_class: str | None = None
     hf_repo: str | None = None
 
     @classmethod
@@ -96,4 +110,24 @@ def _check(key: str, value: Any, default: Any) -> Any:
         raise FieldError(path, "a non-empty string", value, f"give {key} a name or remove it")
     if key in ("checkpoint_dir", "host_path") and not value.startswith("/"):
         raise FieldError(path, "an absolute path", value, "start the path with /")
+    if key == "host_path":
+        return check_host_path(value)
+    if key in ("pvc", "storage_class") and (len(value) > 253 or not K8S_SUBDOMAIN.fullmatch(value)):
+        raise FieldError(path, "a Kubernetes name (lower-case letters, digits, '-' and '.')", value,
+                         f"e.g. {key}: {'my-claim' if key == 'pvc' else 'local-path'}")
+    return value
+
+
+def check_host_path(value: str) -> str:
+    """A node directory for checkpoints: absolute, normalised, and not a system directory."""
+    path = "recovery.host_path"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value) or len(value) > 1024:
+        raise FieldError(path, "a plain path (no control characters, at most 1024 characters)",
+                         value[:80], "e.g. host_path: /srv/geotrain")
+    if ".." in value.split("/") or posixpath.normpath(value) != value or value.startswith("//"):
+        raise FieldError(path, "a normalised path (no '..', '.', '//' or trailing '/')", value,
+                         "write the directory's plain absolute path, e.g. /srv/geotrain")
+    if value in TOP_LEVEL_ONLY or any(value == d or value.startswith(d + "/") for d in SYSTEM_DIRS):
+        raise FieldError(path, "a directory of its own, not a system directory", value,
+                         "use a dedicated directory such as /srv/geotrain")
     return value

@@ -17,7 +17,7 @@ from core.domain.records import Cluster, WorkspaceSpec
 from core.state.secret_store import TOKEN_ENV
 from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, allocate, dist_backend
 from core.kubernetes.pod_resources import memory_resources, shm_volume
-from core.kubernetes.recovery_manifests import add_recovery
+from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_claim
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 DEFAULT_IMAGE = "ghcr.io/geotrain/recipes:0.1.0"
@@ -280,19 +280,22 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                          {"event": "PodFailed", "action": "RestartJob"}],
             "tasks": tasks,
         },
-    }, spec)
+    }, spec, cluster)
 
 
 def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                      groups: list[NodeGroup], namespace: str,
                      tokens: dict[str, str]) -> list[dict[str, Any]]:
-    """ConfigMap, Secret (when there are tokens) and Job, in the order they are created."""
+    """ConfigMap, Secret (when there are tokens), the checkpoint claim (when the workspace
+    has its own) and Job, in the order they are created."""
     job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens)
     backend = dist_backend(allocate(groups, spec.workers, cluster.name))
     out = [render_config_map(workspace_id, spec, namespace, backend)]
     if tokens:
         out.append(render_secret(workspace_id, tokens, namespace))
-    return out + [job]
+    claim = render_checkpoint_claim(job["metadata"]["name"], spec, cluster,
+                                    _metadata(workspace_id, "", namespace))
+    return out + ([claim] if claim else []) + [job]
 
 
 def manifests_yaml(manifests: list[dict[str, Any]]) -> str:

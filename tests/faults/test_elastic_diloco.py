@@ -24,7 +24,7 @@ LOSS_TOLERANCE = 0.10  # nats of held-out loss, killed run vs uninterrupted run 
 
 def _final_globals(run_dir: Path) -> list[torch.Tensor]:
     step_dir = Path(run_dir) / "out" / "checkpoints" / f"step_{STEPS:08d}"
-    return [torch.load(step_dir / f"rank_{r}.pt", weights_only=False)["algorithm"]["global"]
+    return [torch.load(step_dir / f"rank_{r}.pt", weights_only=True)["algorithm"]["global"]
             for r in range(3)]
 
 

@@ -33,17 +33,17 @@ def test_rendered_job_mounts_checkpoints_sets_retries_and_passes_settings(job_va
     for pod in _pods(job):
         assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt-claim"}} in pod["volumes"]
         container = pod["containers"][0]
-        assert {"name": "checkpoints", "mountPath": "/checkpoints"} in container["volumeMounts"]
+        # a claim the user made: only this workspace's sub-path of it is mounted
+        assert {"name": "checkpoints", "mountPath": "/checkpoints", "subPath": "gt-ws-ft"} \
+            in container["volumeMounts"]
         env = {e["name"]: e.get("value") for e in container["env"]}
-        assert env["GEOTRAIN_CHECKPOINT_DIR"] == "/checkpoints/gt-ws-ft"
+        assert env["GEOTRAIN_CHECKPOINT_DIR"] == "/checkpoints"
         assert env["GEOTRAIN_CHECKPOINT_HF_REPO"] == "team/run-ckpts"
         assert env["GEOTRAIN_ELASTIC_JOIN_TIMEOUT_S"] == "45.0"
         assert env["GEOTRAIN_ELASTIC_HEARTBEAT_TIMEOUT_S"] == "4.0"
         assert env["GEOTRAIN_MAX_RECOVERIES"] == "2"
 
     default = render_volcano_job("ws-d", make_spec(workers=3), Cluster("dc", "geotrain"), CPU)
-    volume = next(v for v in _pods(default)[0]["volumes"] if v["name"] == "checkpoints")
-    assert volume["hostPath"] == {"path": "/var/lib/geotrain/checkpoints", "type": "DirectoryOrCreate"}
     assert default["spec"]["maxRetry"] == 3
 
 

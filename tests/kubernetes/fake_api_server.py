@@ -1,7 +1,7 @@
 """A stand-in for a real Kubernetes API server (which cannot run here), over real HTTP.
 
-It keeps state like the real one (ConfigMaps, Secrets, Volcano Jobs, pods, PodGroups,
-nodes), answers with the real status codes and Status bodies, and streams pod logs
+It keeps state like the real one (ConfigMaps, Secrets, PersistentVolumeClaims, Volcano
+Jobs, pods, PodGroups, nodes), answers with the real status codes and Status bodies, and streams pod logs
 with chunked transfer encoding. The test plays kubelet and Volcano controller through
 its methods: create pods, write log chunks, restart or recreate containers.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-CORE = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods)"
+CORE = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims)"
 VOLCANO = r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/(?P<res>jobs)"
 PODGROUPS = r"/apis/scheduling\.volcano\.sh/v1beta1/namespaces/(?P<ns>[^/]+)/(?P<res>podgroups)"
 GROUP_OF = {"jobs": "batch.volcano.sh", "podgroups": "scheduling.volcano.sh"}
@@ -167,6 +167,21 @@ def _matches(obj: dict, selector: str) -> bool:
     return all(labels.get(k) == v for k, v in pairs)
 
 
+def _claim_problem(claim: dict) -> str:
+    """What the real API server's PVC validation says (k8s pkg/apis/core/validation
+    ValidatePersistentVolumeClaimSpec): access modes and a storage request are required."""
+    spec = claim.get("spec") or {}
+    modes = spec.get("accessModes") or []
+    if not modes:
+        return "spec.accessModes: Required value: at least 1 access mode is required"
+    allowed = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
+    if any(mode not in allowed for mode in modes):
+        return f"spec.accessModes: Unsupported value: {modes[0]!r}"
+    if "storage" not in ((spec.get("resources") or {}).get("requests") or {}):
+        return "spec.resources[storage]: Required value"
+    return ""
+
+
 def _status(code: int, reason: str, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
@@ -273,6 +288,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if key in fake.objects:
                     return self._send(409, _status(409, "AlreadyExists",
                                                    f'{res} "{key[2]}" already exists'))
+                invalid = _claim_problem(obj) if res == "persistentvolumeclaims" else ""
+                if invalid:
+                    return self._send(422, _status(422, "Invalid", f'PersistentVolumeClaim '
+                                                   f'"{key[2]}" is invalid: {invalid}'))
+                if res == "persistentvolumeclaims":
+                    obj["status"] = {"phase": "Pending"}  # bound later by a provisioner
                 obj["metadata"].update(uid=str(uuid.uuid4()), resourceVersion="1", namespace=ns)
                 fake.objects[key] = obj
                 return self._send(201, obj)

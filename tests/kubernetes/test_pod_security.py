@@ -129,12 +129,23 @@ def test_every_rendered_pod_passes_restricted(model, preset):
             assert int(shm["sizeLimit"][:-2]) < int(resources["limits"]["memory"][:-2])
 
 
-@pytest.mark.xfail(strict=True, reason="by default a multi-pod job keeps checkpoints in a node "
-                   "directory (hostPath), which no level but privileged admits (README: What a "
-                   "registered cluster needs); strict, so a default that passes shows up here")
-def test_the_default_pod_passes_restricted():
-    job = render_volcano_job("ws-default", make_spec(workers=7), CLUSTER, HETEROGENEOUS)
-    assert [v for _, pod in pod_specs(job) for v in violations(pod, "restricted")] == []
+def test_default_pods_pass_restricted_where_the_cluster_can_give_each_workspace_a_claim():
+    """A one-pod job gets its own claim; several pods share a claim of a ReadWriteMany class."""
+    for spec, groups in ((make_spec(workers=1), HETEROGENEOUS[:1]),
+                         (make_spec(workers=7, recovery={"storage_class": "nfs-rwx"}), HETEROGENEOUS)):
+        job = render_volcano_job("ws-default", spec, CLUSTER, groups)
+        assert [v for _, pod in pod_specs(job) for v in violations(pod, "restricted")] == []
+
+
+def test_a_multi_pod_default_without_a_shared_class_fails_only_for_its_node_directory():
+    """local-path claims live on one node, so several pods without a ReadWriteMany class keep
+    <dir>/<job> on each node, made theirs by a root init step: privileged-only (README)."""
+    job = render_volcano_job("ws-many", make_spec(workers=7), CLUSTER, HETEROGENEOUS)
+    found = {v.split(":")[0] for _, pod in pod_specs(job) for v in violations(pod, "restricted")}
+    assert found == {"hostPathVolumes", "restrictedVolumes", "capabilities_restricted",
+                     "runAsNonRoot", "runAsUser"}
+    culprits = " ".join(v for _, pod in pod_specs(job) for v in violations(pod, "restricted"))
+    assert "checkpoint" in culprits and "nvidia" not in culprits
 
 
 def test_a_host_path_checkpoint_is_refused_from_baseline_up():
