@@ -135,6 +135,7 @@ def test_no_import_circle_between_modules():
     assert circles == []
 
 
-def test_only_the_ssh_module_imports_paramiko():
+def test_only_the_ssh_modules_import_paramiko():
+    """ssh.py and the two pieces split out of it (SFTP uploads, ~/.ssh/config)."""
     importers = {m for m in modules() if any(i.split(".")[0] == "paramiko" for i in imports_of(m))}
-    assert importers == {"core.nodes.ssh"}
+    assert importers == {"core.nodes.ssh", "core.nodes.ssh_sftp", "core.nodes.ssh_config"}

@@ -23,6 +23,7 @@ from core.bootstrap.runner import DeploySummary, Step, run_steps
 from core.bootstrap.session import CommandLog, NodeSession, Shell
 from core.state.cluster_records import delete_cluster as delete_record
 from core.state.cluster_records import get_cluster, save_cluster
+from core.schema.endpoints import check_host, check_interface, parse_host_port
 from core.errors import InvalidInput, NotFound
 from core.domain.records import NAME_RE, Cluster, Node
 from core.state.node_records import get_node
@@ -38,11 +39,24 @@ def token_ref(cluster: str) -> str:
     return f"cluster/{cluster}/k3s-token"
 
 
-def pool_shells(store: Store) -> ShellFactory:
-    """The production shells: the node pool's SSH connections (pinned host keys, one key ring)."""
-    from core.nodes.pool import NodePool
+class PoolShells:
+    """The production shells: the node pool's SSH connections (pinned host keys, one key
+    ring); a changed key whose fingerprint was given (--trust-host-key) is re-pinned."""
 
-    return NodePool(store).connection
+    def __init__(self, store: Store, trusted: set[str] | frozenset = frozenset()) -> None:
+        from core.nodes.pool import NodePool, Prompts
+
+        self.pool = NodePool(store, Prompts(trusted=set(trusted)))
+
+    def __call__(self, node: Node) -> Shell:
+        return self.pool.connection(node)
+
+    def save_pins(self) -> None:
+        self.pool.known_hosts.save()
+
+
+def pool_shells(store: Store, trusted: set[str] | frozenset = frozenset()) -> PoolShells:
+    return PoolShells(store, trusted)
 
 
 @dataclass
@@ -65,6 +79,12 @@ def _config_to_plan(name: str, config: dict, specs: list[NodeSpec]) -> ClusterPl
     for key in ("vpn", "subnet", "interface", "listen_port", "mtu"):
         if key in config:
             setattr(plan, key, config[key])
+    check_interface(plan.interface)
+    parse_subnet(plan.subnet)
+    for key in ("listen_port", "mtu"):
+        if not isinstance(getattr(plan, key), int) or isinstance(getattr(plan, key), bool):
+            raise InvalidInput(f"cluster {name!r}: stored {key} {getattr(plan, key)!r} is not a number",
+                               "delete the cluster and deploy it again")
     plan.k3s = K3sOptions(**config.get("k3s", {}))
     plan.volcano = VolcanoOptions(**config.get("volcano", {}))
     # a record from before the pairing (e.g. Volcano v1.10 on k3s 1.31) gets the paired release
@@ -87,7 +107,7 @@ def plan_config(plan: ClusterPlan) -> dict:
 def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None = None,
                subnet: str | None = None, endpoints: dict[str, str] | None = None) -> ClusterPlan:
     """The plan for `name`: existing members (kept in order) plus `node_names`."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise InvalidInput(f"cluster name {name!r} is not valid",
                            "use 1-32 lowercase letters, digits and '-', starting and ending with a letter or digit")
     try:
@@ -122,6 +142,7 @@ def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None 
                                f"remove it there first: geotrain clusters remove-node "
                                f"{node.cluster} {node_name}")
         member = members.get(node_name, {})
+        _check_node(node_name, node.host, endpoints.get(node_name))
         specs.append(NodeSpec(name=node_name, host=node.host,
                               role="server" if index == 0 else "agent",
                               mesh_ip=member.get("mesh_ip"), endpoint=endpoints.get(node_name)))
@@ -133,6 +154,16 @@ def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None 
     if plan.vpn:
         assign_mesh_ips(plan.subnet, plan.nodes)
     return plan
+
+
+def _check_node(name: str, host: str, endpoint: str | None) -> None:
+    """A node's name, host and endpoint reach remote shells and configs: checked in full."""
+    if not NAME_RE.fullmatch(name):
+        raise InvalidInput(f"node name {name!r} is not valid",
+                           "rename it: 1-32 lowercase letters, digits and '-'")
+    check_host(host, f"host of node {name}")
+    if endpoint:
+        parse_host_port(endpoint, 51820, f"endpoint of node {name}")
 
 
 def _targets(store: Store, plan: ClusterPlan, factory: ShellFactory | None, dry_run: bool,
@@ -217,7 +248,8 @@ def measured_pairs(store: Store, cluster: str) -> set[tuple[str, str]]:
 def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = False,
            shell_factory: ShellFactory | None = None, store: Store | None = None,
            on_event: Callable[[ProgressEvent], None] | None = None,
-           steps: list[Step] | None = None, record: bool = True) -> DeployResult:
+           steps: list[Step] | None = None, record: bool = True,
+           trust_host_keys: set[str] | None = None) -> DeployResult:
     """Run the steps (all, or `only`; or the given `steps`) on every node of `plan`.
 
     With `record`, the outcome goes to the state store (teardown records its own).
@@ -233,6 +265,8 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
             vault.put(token_ref(plan.name), token)
     log = CommandLog()
     secret_values = [token]
+    if shell_factory is None and not dry_run:
+        shell_factory = pool_shells(store, trust_host_keys or frozenset())
     targets = _targets(store, plan, shell_factory, dry_run, log, secret_values)
     ctx = DeployContext(plan, targets, log, secrets={"k3s-token": token}, dry_run=dry_run,
                         on_event=on_event)
@@ -248,6 +282,9 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
             close = getattr(target.session.shell, "close", None)
             if close:
                 close()
+        save_pins = getattr(shell_factory, "save_pins", None)
+        if save_pins:
+            save_pins()
     if record and summary.blocked:
         _record_blocked(store, before, plan.name)
     elif record:

@@ -21,6 +21,7 @@ from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, Node
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
 from core.nodes.facts import gpus
+from core.schema.endpoints import host_port
 
 BIN = "/usr/local/bin/k3s"
 CONFIG_DIR = "/etc/rancher/k3s"
@@ -119,7 +120,7 @@ def api_host(plan: ClusterPlan) -> str:
 
 def api_url(plan: ClusterPlan) -> str:
     host = api_host(plan)
-    return f"https://[{host}]:{API_PORT}" if ":" in host else f"https://{host}:{API_PORT}"
+    return f"https://{host_port(host, API_PORT)}"
 
 
 def tls_sans(plan: ClusterPlan, spec: NodeSpec, public: list[str]) -> list[str]:
@@ -152,7 +153,7 @@ def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
                       "write-kubeconfig-mode": "0600", "flannel-backend": "vxlan",
                       "disable": ["traefik"]})
     else:
-        flags["server"] = f"https://{plan.address(plan.server)}:{API_PORT}"
+        flags["server"] = f"https://{host_port(plan.address(plan.server), API_PORT)}"
     return flags
 
 
@@ -285,7 +286,7 @@ def _start(target: NodeTarget, plan: ClusterPlan, ready: services.Ready | None =
 
 def _server(ctx: DeployContext, target: NodeTarget) -> str:
     plan = ctx.plan
-    url = f"https://{plan.address(target.spec)}:{API_PORT}/readyz"
+    url = f"https://{host_port(plan.address(target.spec), API_PORT)}/readyz"
     ready = services.Ready(f"{kubectl(plan)} get --raw=/readyz >/dev/null 2>&1",
                            f"the Kubernetes API ({url})", plan.k3s.api_timeout, interval=2)
     started = _start(target, plan, ready)

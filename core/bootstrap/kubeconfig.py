@@ -15,27 +15,39 @@ import yaml
 
 from core.state import paths
 from core.bootstrap import k3s
+from core.bootstrap.kubeconfig_checks import entries, node_cluster, node_credentials
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.errors import InvalidInput
 
 
 def cluster_kubeconfig_path(cluster: str) -> Path:
     return paths.home() / "clusters" / cluster / "kubeconfig"
 
 
-def rewrite(text: str, cluster: str, server_url: str) -> str:
-    """Point the kubeconfig at `server_url` and rename its entries to `cluster`."""
-    data = yaml.safe_load(text) or {}
-    if not data.get("clusters") or not data.get("users"):
-        raise StepFailed("the server's kubeconfig has no cluster or user entry")
-    entry, user = data["clusters"][0], data["users"][0]
-    entry["name"], user["name"] = cluster, cluster
-    entry["cluster"]["server"] = server_url
-    data["clusters"], data["users"] = [entry], [user]
-    data["contexts"] = [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}]
-    data["current-context"] = cluster
-    return yaml.safe_dump(data, sort_keys=False)
+def rewrite(text: str, cluster: str, server_url: str, node: str = "the server") -> str:
+    """A fresh kubeconfig for `cluster` at `server_url`, with only the node's CA and its
+    certificate or token credentials (an `exec` plugin or auth-provider is refused)."""
+    try:
+        data = yaml.safe_load(text) or {}
+        clusters = entries(data, "clusters", f"the kubeconfig on {node}")
+        users = entries(data, "users", f"the kubeconfig on {node}")
+        if not clusters or not users:
+            raise StepFailed(f"the kubeconfig on {node} has no cluster or user entry")
+        user = node_credentials(users[0].get("user") or {}, node)
+    except yaml.YAMLError as exc:
+        raise StepFailed(f"the kubeconfig on {node} is not valid YAML "
+                         f"({exc.__class__.__name__})") from None
+    except InvalidInput as exc:
+        raise StepFailed(exc.message) from None
+    entry = {**node_cluster(clusters[0].get("cluster") or {}), "server": server_url}
+    fresh = {"apiVersion": "v1", "kind": "Config", "preferences": {},
+             "clusters": [{"name": cluster, "cluster": entry}],
+             "users": [{"name": cluster, "user": user}],
+             "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}],
+             "current-context": cluster}
+    return yaml.safe_dump(fresh, sort_keys=False)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -58,7 +70,7 @@ def _fetch(ctx: DeployContext, target: NodeTarget) -> str:
                          "run the k3s step first")
     server = k3s.api_url(plan)  # the same host k3s.tls_sans puts in the certificate
     path = cluster_kubeconfig_path(plan.name)
-    text = rewrite(result.stdout, plan.name, server)
+    text = rewrite(result.stdout, plan.name, server, target.name)
     if not path.exists() or path.read_text() != text:
         write_private(path, text)
     ctx.put_shared("kubeconfig_path", str(path))

@@ -7,19 +7,19 @@ file is always written before any change.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 from core.bootstrap.kubeconfig import write_private
+from core.bootstrap.kubeconfig_checks import SECTIONS, entries
 from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput, NotFound
 from core.state.store import Store
-
-SECTIONS = ("clusters", "users", "contexts")
-
 
 def default_path() -> Path:
     return Path("~/.kube/config").expanduser()
@@ -27,13 +27,35 @@ def default_path() -> Path:
 
 def _load(path: Path, what: str) -> dict:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_bytes().decode("utf-8")) or {}
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what} {path} is not UTF-8 text", "fix or move the file") from None
     except yaml.YAMLError as exc:
         raise InvalidInput(f"{what} {path} is not valid YAML ({exc.__class__.__name__})",
                            "fix or move the file and try again") from None
-    if not isinstance(data, dict):
-        raise InvalidInput(f"{what} {path} is not a kubeconfig mapping", "fix or move the file")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}",
+                           "fix or move the file") from None
+    for section in SECTIONS:
+        entries(data, section, f"{what} {path}")
     return data
+
+
+@contextmanager
+def _kubectl_lock(path: Path):
+    """The lock kubectl takes (`<file>.lock`, created O_EXCL; client-go
+    tools/clientcmd/loader.go lockFile), so neither writes over the other."""
+    lock = path.with_name(path.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        raise InvalidInput(f"{lock} exists: kubectl or another geotrain is writing {path}",
+                           f"retry in a moment; if nothing is writing it, delete {lock}") from None
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def merge(cluster: str, target: Path | None = None, force: bool = False,
@@ -45,6 +67,13 @@ def merge(cluster: str, target: Path | None = None, force: bool = False,
                        f"deploy it first: geotrain clusters deploy {cluster} --nodes …")
     ours = _load(Path(record.kubeconfig_path), "stored kubeconfig")
     path = Path(target).expanduser() if target else default_path()
+    # a symlinked ~/.kube/config (dotfiles) is written through: its target is replaced
+    path = path.resolve() if path.is_symlink() else path
+    with _kubectl_lock(path):
+        return _merge_locked(cluster, ours, path, force)
+
+
+def _merge_locked(cluster: str, ours: dict, path: Path, force: bool) -> str:
     theirs = _load(path, "kubeconfig") if path.exists() else {
         "apiVersion": "v1", "kind": "Config", "preferences": {}}
     clashes, same = [], True

@@ -8,6 +8,7 @@ measures nothing; `--only netmatrix` (alone) measures every pair again.
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 
 from core.bootstrap import paths_on_node
@@ -33,7 +34,8 @@ def _select(ctx: DeployContext, alive: list[NodeTarget]) -> list[NodeTarget]:
 
 
 def _address(ctx: DeployContext, target: NodeTarget) -> str:
-    return ctx.plan.address(target.spec)
+    """The node's mesh IP (or host), quoted: it goes on a remote command line."""
+    return shlex.quote(ctx.plan.address(target.spec))
 
 
 def _start_sink(ctx: DeployContext, target: NodeTarget) -> str | None:

@@ -6,6 +6,8 @@ What geotrain installed is remembered per node, so `clusters delete` removes onl
 
 from __future__ import annotations
 
+import shlex
+
 from core.bootstrap.plan import NodeTarget
 from core.bootstrap.session import StepFailed
 
@@ -14,7 +16,8 @@ APT = "DEBIAN_FRONTEND=noninteractive apt-get"
 
 def missing_probe(commands) -> str:
     """A fact: the names of the commands that are not on PATH."""
-    return "; ".join(f"command -v {c} >/dev/null || echo {c}" for c in commands)
+    return "; ".join(f"command -v {shlex.quote(c)} >/dev/null || echo {shlex.quote(c)}"
+                     for c in commands)
 
 
 def missing_commands(target: NodeTarget, commands: list[str], key: str) -> list[str]:
@@ -22,7 +25,8 @@ def missing_commands(target: NodeTarget, commands: list[str], key: str) -> list[
 
 
 def apt_install(target: NodeTarget, names: list[str]) -> None:
-    target.session.change(f"{APT} update -q && {APT} install -y -q {' '.join(names)}",
+    quoted = " ".join(map(shlex.quote, names))
+    target.session.change(f"{APT} update -q && {APT} install -y -q {quoted}",
                           timeout=900, what=f"apt-get install {' '.join(names)}")
 
 

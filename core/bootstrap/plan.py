@@ -94,6 +94,14 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
     return net
 
 
+def _is_address(text: object) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def assign_mesh_ips(subnet: str, nodes: list[NodeSpec]) -> None:
     """Give each node without a mesh IP the next free host address, keeping the rest."""
     net = parse_subnet(subnet)
@@ -106,8 +114,8 @@ def assign_mesh_ips(subnet: str, nodes: list[NodeSpec]) -> None:
             except StopIteration:
                 raise InvalidInput(f"subnet {subnet} has no free address for {spec.name}",
                                    "choose a larger --subnet") from None
-        elif ipaddress.ip_address(spec.mesh_ip) not in net:
-            raise InvalidInput(f"{spec.name} has mesh address {spec.mesh_ip}, outside {subnet}",
+        elif not _is_address(spec.mesh_ip) or ipaddress.ip_address(spec.mesh_ip) not in net:
+            raise InvalidInput(f"{spec.name} has mesh address {spec.mesh_ip!r}, outside {subnet}",
                                "keep the cluster's subnet, or delete and redeploy the cluster")
 
 

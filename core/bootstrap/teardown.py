@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Callable
 
-from core.bootstrap import k3s, services
+from core.bootstrap import k3s
 from core.bootstrap.containerd import BACKUP_PATH, CONFIG_PATH, PREFIX, SOCKET, UNIT_PATH
 from core.bootstrap.deploy import AVAILABLE, DeployResult, ShellFactory, build_plan, deploy
 from core.bootstrap.kubeconfig import cluster_kubeconfig_path
@@ -26,6 +26,8 @@ from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput
 from core.state.secret_store import SecretStore
 from core.state.store import Store
+
+q = shlex.quote  # every name and path below reaches the node's root shell
 
 
 def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) -> list[tuple]:
@@ -48,9 +50,9 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
          " for t in $($c tasks ls -q); do $c tasks rm -f $t; done;"
          " $c containers ls -q | xargs -r $c containers rm; fi; true",
          "removing the pods' containers"),
-        ((f"systemctl disable wg-quick@{plan.interface} 2>/dev/null; " if systemd else "") +
-         f"ip link del dev {plan.interface} 2>/dev/null;"
-         f" rm -f {KEY_PATH} {config_path(plan.interface)}; true",
+        ((f"systemctl disable {q('wg-quick@' + plan.interface)} 2>/dev/null; " if systemd else "") +
+         f"ip link del dev {q(plan.interface)} 2>/dev/null;"
+         f" rm -f {KEY_PATH} {q(config_path(plan.interface))}; true",
          "removing the mesh interface, its boot config and key pair"),
         ("systemctl disable --now containerd" if systemd else
          f"pid=$(cat {RUN_DIR}/containerd.pid 2>/dev/null) && kill $pid; true",
@@ -65,7 +67,7 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
                      "restarting the owner's containerd"))
     packages = target.state.get("installed_packages", [])
     if packages and not keep_packages:
-        cmds.append((f"{APT} remove -y -q {' '.join(packages)}", "removing packages"))
+        cmds.append((f"{APT} remove -y -q {' '.join(map(q, packages))}", "removing packages"))
     cmds.append((f"rm -rf {RUN_DIR}", "removing geotrain's run files"))
     return cmds
 
@@ -89,8 +91,8 @@ def _undo(keep_packages: bool) -> Callable[[DeployContext, NodeTarget], str]:
 def _server_forgets(name: str) -> Callable[[DeployContext, NodeTarget], str | None]:
     def run(ctx: DeployContext, target: NodeTarget) -> str | None:
         kubectl = k3s.kubectl(ctx.plan)
-        if target.session.fact(f"{kubectl} get node {name} >/dev/null 2>&1").ok:
-            target.session.change(f"{kubectl} delete node {name} --wait=false",
+        if target.session.fact(f"{kubectl} get node {q(name)} >/dev/null 2>&1").ok:
+            target.session.change(f"{kubectl} delete node {q(name)} --wait=false",
                                   what=f"deleting node {name} from Kubernetes")
             return f"node {name} deleted from Kubernetes"
         return None

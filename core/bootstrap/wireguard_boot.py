@@ -8,8 +8,10 @@ file: the config only points at it (PostUp), so this file holds no secret.
 
 from __future__ import annotations
 
+import shlex
+
 from core.bootstrap.plan import DeployContext, NodeTarget
-from core.bootstrap.session import file_state
+from core.bootstrap.session import StepFailed, file_state
 
 
 def config_path(interface: str) -> str:
@@ -18,6 +20,10 @@ def config_path(interface: str) -> str:
 
 def render_quick_config(ctx: DeployContext, target: NodeTarget, peers: list, key_path: str) -> str:
     plan = ctx.plan
+    for value in [plan.name, plan.interface, target.spec.mesh_ip, key_path] + [
+            v for p in peers for v in (p.public_key, p.endpoint, p.allowed_ips)]:
+        if not str(value).isprintable():  # a newline would start a new (PostUp) line
+            raise StepFailed(f"refusing to write {value!r} into the wg-quick config")
     lines = [f"# Written by geotrain for cluster {plan.name}: brings {plan.interface} back at boot.",
              "[Interface]", f"Address = {target.spec.mesh_ip}/{plan.prefix_len()}",
              f"ListenPort = {plan.listen_port}", f"MTU = {plan.mtu}",
@@ -29,7 +35,7 @@ def render_quick_config(ctx: DeployContext, target: NodeTarget, peers: list, key
 
 
 def probe(ctx: DeployContext) -> dict[str, str]:
-    unit = f"wg-quick@{ctx.plan.interface}"
+    unit = shlex.quote(f"wg-quick@{ctx.plan.interface}")
     return {"wg:boot": f"systemctl is-enabled {unit} 2>/dev/null",
             f"file:{config_path(ctx.plan.interface)}": file_state(config_path(ctx.plan.interface))}
 
@@ -41,9 +47,10 @@ def ensure_boot(ctx: DeployContext, target: NodeTarget, peers: list, key_path: s
     iface = ctx.plan.interface
     text = render_quick_config(ctx, target, peers, key_path)
     changed = target.ensure_file(config_path(iface), text, mode=0o600)
-    enabled = target.fact("wg:boot", f"systemctl is-enabled wg-quick@{iface}").stdout.strip()
+    unit = shlex.quote(f"wg-quick@{iface}")
+    enabled = target.fact("wg:boot", f"systemctl is-enabled {unit}").stdout.strip()
     if enabled != "enabled":
-        target.session.change(f"systemctl enable wg-quick@{iface}",
+        target.session.change(f"systemctl enable {unit}",
                               what="enabling the mesh at boot")
         changed = True
     return changed

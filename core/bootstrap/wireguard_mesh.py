@@ -9,6 +9,9 @@ module exists, wireguard-go otherwise. Verified by a ping over the mesh to every
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import ipaddress
 import shlex
 from dataclasses import dataclass
 
@@ -16,6 +19,8 @@ from core.bootstrap import packages, paths_on_node, wireguard_boot
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
+from core.schema.endpoints import WG_KEY_RE, check_wg_key, host_port, parse_host_port
+from core.errors import InvalidInput
 
 KEY_DIR = "/etc/wireguard"
 KEY_PATH = f"{KEY_DIR}/geotrain.key"
@@ -23,6 +28,12 @@ KEEPALIVE = 25
 # A handshake this recent proves the peer answered (keepalives renew it every ~2 min).
 HANDSHAKE_FRESH = 180
 READ_PUBLIC = f"test -s {KEY_PATH} && wg pubkey < {KEY_PATH}"
+
+
+
+def dry_run_key(node: str) -> str:
+    """A well-formed stand-in for the key a dry run never generates (one per node)."""
+    return base64.b64encode(hashlib.sha256(f"dry run {node}".encode()).digest()).decode()
 
 
 @dataclass
@@ -80,7 +91,7 @@ def parse_interface(output: str) -> InterfaceState:
     state.now = int(now) if now.isdigit() else 0
     for line in sections.get("peers", []):
         cols = line.split("\t")
-        if len(cols) >= 8:
+        if len(cols) >= 8 and WG_KEY_RE.fullmatch(cols[0]):  # anything else is not a peer
             keepalive = int(cols[7]) if cols[7].isdigit() else 0
             state.peers[cols[0]] = Peer(cols[0], cols[2], cols[3], int(cols[4] or 0), keepalive)
     return state
@@ -105,9 +116,11 @@ def _keys(ctx: DeployContext, target: NodeTarget) -> str:
                                 f" && wg genkey > {KEY_PATH}.new"
                                 f" && mv {KEY_PATH}.new {KEY_PATH} && wg pubkey < {KEY_PATH}",
                                 what="generating the WireGuard key")
-        public = result.stdout.strip() or f"<public key of {target.name}>"
+        public = result.stdout.strip() or (dry_run_key(target.name) if ctx.dry_run else "")
         session.dirs_made.add(paths_on_node.RUN_DIR)
         made = True
+    if not ctx.dry_run:
+        public = _peer_key(public, target.name)
     target.state["wg_public_key"] = public
     with ctx.lock:
         ctx.shared.setdefault("wg_keys", {})[target.name] = public
@@ -123,11 +136,23 @@ def desired_peers(ctx: DeployContext, target: NodeTarget) -> dict[str, Peer]:
         key = keys.get(spec.name) or (other.state.get("wg_public_key") if other else None)
         if spec.name == target.name or not key:
             continue
-        endpoint = spec.endpoint or f"{spec.host}:{plan.listen_port}"
-        if ":" not in endpoint:
-            endpoint = f"{endpoint}:{plan.listen_port}"
-        peers[key] = Peer(key, endpoint, f"{spec.mesh_ip}/32", keepalive=KEEPALIVE)
+        key = _peer_key(key, spec.name)
+        try:
+            host, port = parse_host_port(spec.endpoint or spec.host, plan.listen_port,
+                                         f"endpoint of {spec.name}")
+            mesh_ip = str(ipaddress.ip_address(spec.mesh_ip))
+        except (InvalidInput, ValueError) as exc:
+            raise StepFailed(getattr(exc, "message", str(exc))) from None
+        peers[key] = Peer(key, host_port(host, port), f"{mesh_ip}/32", keepalive=KEEPALIVE)
     return peers
+
+
+def _peer_key(key: str, node: str) -> str:
+    """A peer's public key as read back from its node: refused unless a real key."""
+    try:
+        return check_wg_key(key, f"the WireGuard public key of {node}")
+    except InvalidInput as exc:
+        raise StepFailed(exc.message) from None
 
 
 def peer_changes(have: dict[str, Peer], want: dict[str, Peer]) -> tuple[list[str], list[str]]:
@@ -157,7 +182,7 @@ def peer_changes(have: dict[str, Peer], want: dict[str, Peer]) -> tuple[list[str
 
 def _interface(ctx: DeployContext, target: NodeTarget) -> str:
     plan, session = ctx.plan, target.session
-    iface = plan.interface
+    iface = shlex.quote(plan.interface)
     state = parse_interface(target.fact("wg:iface", interface_command(iface)).stdout)
     todo: list[tuple[str, str]] = []
     if not state.exists:
@@ -171,7 +196,8 @@ def _interface(ctx: DeployContext, target: NodeTarget) -> str:
                      "setting the key and port"))
     address = f"{target.spec.mesh_ip}/{plan.prefix_len()}"
     if state.addresses != (address,):
-        todo.append((f"ip -4 addr flush dev {iface} && ip addr add {address} dev {iface}",
+        todo.append((f"ip -4 addr flush dev {iface} && ip addr add {shlex.quote(address)}"
+                     f" dev {iface}",
                      f"setting the mesh address {address}"))
     if not state.up or state.mtu != plan.mtu:
         todo.append((f"ip link set dev {iface} mtu {plan.mtu} up", f"bringing {iface} up"))
@@ -207,12 +233,14 @@ def _verify(ctx: DeployContext, target: NodeTarget) -> str:
     if not target.facts.get("wg_changed") and live_keys <= fresh:  # a no-op re-run
         return f"{len(others)} peer(s) answered within {HANDSHAKE_FRESH}s (keepalive {KEEPALIVE}s)"
     probe = paths_on_node.ensure_netprobe(target)
-    ping = f"{probe} ping --timeout {ctx.plan.mesh_timeout:g} {' '.join(others)}"
+    ping = f"{probe} ping --timeout {ctx.plan.mesh_timeout:g} {' '.join(map(shlex.quote, others))}"
     pending = target.facts.get("wg_keepalive_pending") or []
     timeout = ctx.plan.mesh_timeout + 30
     if pending:  # first contact: keepalives go on once the pings got through, same round trip
-        args = " ".join(f"peer {key} persistent-keepalive {KEEPALIVE}" for key in pending)
-        result = target.session.change(f"{ping} && wg set {ctx.plan.interface} {args}",
+        args = " ".join(f"peer {shlex.quote(key)} persistent-keepalive {KEEPALIVE}"
+                        for key in pending)
+        iface = shlex.quote(ctx.plan.interface)
+        result = target.session.change(f"{ping} && wg set {iface} {args}",
                                        timeout=timeout, check=False)
     else:
         result = target.session.fact(ping, timeout=timeout)

@@ -10,8 +10,10 @@ from core.bootstrap.deploy import DeployResult, build_plan, deploy
 from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
 from core.bootstrap.teardown import delete_cluster, remove_node
+from core.cli.nodes import check_fingerprints
 from core.cli.output import table
 from core.state.cluster_records import get_cluster
+from core.schema.endpoints import parse_host_port
 from core.errors import InvalidInput
 from core.state.store import Store
 
@@ -32,6 +34,8 @@ def register(groups) -> None:
                    "containerd-<version>-linux-<arch>.tar.gz")
     p.add_argument("--volcano-manifest", metavar="FILE", help="a local volcano-development.yaml")
     p.add_argument("--dry-run", action="store_true", help="print every command per node; run none")
+    p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
+                   help="re-pin a reinstalled server whose new key has this fingerprint")
     p.set_defaults(handler=cmd_deploy)
     p = clusters.add_parser("delete", help="undo what geotrain installed and forget the cluster")
     p.add_argument("name")
@@ -66,9 +70,7 @@ def _endpoints(values: list[str]) -> dict[str, str]:
         if not sep or not node or not endpoint:
             raise InvalidInput(f"--endpoint {value!r} is not NODE=HOST[:PORT]",
                                "write it like --endpoint gpu2=203.0.113.9:51820")
-        from core.nodes.ssh import parse_endpoint  # lazily: paramiko is slow to import
-
-        parse_endpoint(endpoint)  # same HOST[:PORT] rules (and port range) as node import
+        parse_host_port(endpoint, 51820, f"--endpoint {node}=")  # an IP or DNS name, a port
         out[node] = endpoint
     return out
 
@@ -134,7 +136,8 @@ def cmd_deploy(args) -> int:
         plan.volcano.manifest = str(Path(args.volcano_manifest).resolve())
     only = _split(args.only) or None
     result = deploy(plan, only=only, dry_run=args.dry_run, store=store,
-                    on_event=None if args.dry_run else _print_event)
+                    on_event=None if args.dry_run else _print_event,
+                    trust_host_keys=check_fingerprints(args.trust_host_key))
     if args.dry_run:
         _print_dry_run(result)
         return 0

@@ -12,7 +12,8 @@ from core.domain.records import Node
 from core.nodes.facts import listening
 from core.nodes.import_file import read_import_file
 from core.nodes.pool import ImportRequest, NodePool, Prompts
-from core.nodes.ssh import parse_endpoint, ssh_config_host
+from core.nodes.ssh import parse_endpoint
+from core.nodes.ssh_config import ssh_config_host
 
 
 def _seconds(text: str) -> float:
@@ -51,6 +52,8 @@ def register(groups) -> None:
 
     p = nodes.add_parser("refresh", help="gather facts again (all nodes when none named)")
     p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
+                   help="re-pin a reinstalled server whose new key has this fingerprint")
     p.add_argument("--connect-timeout", type=_seconds, default=10.0, metavar="SECONDS",
                    help="mark a server UNREACHABLE when it does not answer within this")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -71,11 +74,17 @@ def _common_import_args(p) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _pool(args) -> NodePool:
-    for fp in getattr(args, "trust_host_key", []):
+def check_fingerprints(values: list[str]) -> set[str]:
+    """--trust-host-key values, each a SHA256 fingerprint as ssh-keygen -l shows it."""
+    for fp in values:
         if not re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", fp):
             raise InvalidInput(f"--trust-host-key {fp!r} is not a SHA256 fingerprint",
                                "copy it as shown, e.g. SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s")
+    return set(values)
+
+
+def _pool(args) -> NodePool:
+    check_fingerprints(getattr(args, "trust_host_key", []))
     return NodePool(prompts=Prompts(confirm_host_key=prompts.confirm_host_key,
                                     ask_passphrase=prompts.ask_passphrase,
                                     trusted=set(getattr(args, "trust_host_key", []))),

@@ -32,7 +32,7 @@ def _task_errors(job_name: str, task: dict[str, Any], seen: set[str]) -> list[st
     if name in seen:
         errors.append(f"task {name!r}: duplicate task name")
     seen.add(name)
-    if not DNS_LABEL_RE.match(name):
+    if not DNS_LABEL_RE.fullmatch(name):
         errors.append(f"task {name!r}: not a DNS-1035 label")
     if task.get("minAvailable", 0) > replicas:
         errors.append(f"task {name!r}: minAvailable {task['minAvailable']} > replicas {replicas}")
@@ -46,7 +46,7 @@ def admission_errors(job: dict[str, Any]) -> list[str]:
     """Every reason Volcano's webhook (and pod naming) would refuse `job`; empty if none."""
     name = job.get("metadata", {}).get("name", "")
     spec = job.get("spec", {})
-    errors = [] if DNS_LABEL_RE.match(name) and len(name) <= LABEL_MAX else \
+    errors = [] if DNS_LABEL_RE.fullmatch(name) and len(name) <= LABEL_MAX else \
         [f"job name {name!r} is not a DNS-1035 label of at most {LABEL_MAX} characters"]
     seen: set[str] = set()
     tasks = spec.get("tasks") or []

@@ -28,7 +28,7 @@ IMAGE_RE = re.compile(rf"^(?P<name>{_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{
 
 def validate_image(image: str) -> str:
     """The image reference unchanged, or InvalidInput saying what is wrong with it."""
-    match = IMAGE_RE.match(image or "")
+    match = IMAGE_RE.fullmatch(image or "")
     if not match or len(match.group("name")) > 255:
         raise InvalidInput(
             f"image: {image!r} is not a valid container image name",
@@ -39,7 +39,7 @@ def validate_image(image: str) -> str:
 
 def rocm_variant(image: str) -> str:
     """The AMD (ROCm) build of an image: tag suffixed `-rocm`; digests are used as given."""
-    match = IMAGE_RE.match(image)
+    match = IMAGE_RE.fullmatch(image)
     if match is None or match.group("digest"):
         return image
     return f"{match.group('name')}:{match.group('tag') or 'latest'}-rocm"
@@ -57,7 +57,7 @@ def job_name(workspace_id: str) -> str:
 
 def label_value(text: str) -> str:
     """A valid label value for `text` (ids are usually valid as they are)."""
-    if len(text) <= LABEL_MAX and LABEL_VALUE_RE.match(text):
+    if len(text) <= LABEL_MAX and LABEL_VALUE_RE.fullmatch(text):
         return text
     digest = hashlib.sha1(text.encode()).hexdigest()[:8]
     cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:LABEL_MAX - 9].strip("-_.")

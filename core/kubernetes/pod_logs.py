@@ -46,7 +46,7 @@ class LineSplitter:
 def split_timestamp(line: str) -> tuple[tuple[str, str] | None, str]:
     """("2026-…T…Z text") -> (sortable key, text); RFC3339Nano trims zeros, so pad them."""
     stamp, _, text = line.partition(" ")
-    match = _TS_RE.match(stamp)
+    match = _TS_RE.fullmatch(stamp)
     if not match:
         return None, line
     return (match.group(1), (match.group(2) or "").ljust(9, "0")), text

@@ -73,7 +73,7 @@ def register_kubernetes_cluster(store: Store, name: str, kubeconfig: str,
                                 context: str | None = None, namespace: str | None = None,
                                 queue: str | None = None) -> Registration:
     """Check the kubeconfig, Volcano and the nodes, then record the cluster."""
-    if not NAME_RE.match(name or ""):
+    if not NAME_RE.fullmatch(name or ""):
         raise InvalidInput(f"cluster name {name!r} is not valid",
                            "use 1-32 lower-case letters, digits and dashes, e.g. gpu-east")
     path = Path(kubeconfig).expanduser().resolve()

@@ -3,6 +3,8 @@
 Kept apart from ~/.ssh/known_hosts so that geotrain never edits the user's file. The
 format is OpenSSH's (`[host]:port keytype base64`), so `ssh-keygen -F` can read it.
 Pins are written only by `pin()` + `save()`, so a failed import leaves the file as it was.
+A host reached through a jump host is pinned as `jump:[bastion]:port>host` (OpenSSH
+tools skip such names); pins made before under the bare name are migrated on use.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from core.state import paths
 def host_label(host: str, port: int) -> str:
     """The name OpenSSH gives a host in known_hosts."""
     return host if port == 22 else f"[{host}]:{port}"
+
+
+def route_label(label: str, jump: tuple[str, int] | None = None) -> str:
+    """The pin's name: `label` (host or [host]:port) prefixed by the jump host it is
+    reached through, as two bastions may each front a different 10.0.0.5."""
+    return f"jump:{host_label(*jump)}>{label}" if jump else label
 
 
 def fingerprint(key_blob: bytes) -> str:

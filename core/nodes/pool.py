@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from core.nodes import facts as node_facts
+from core.schema.endpoints import check_host, check_port, check_user, parse_endpoint
 from core.errors import GeotrainError, InvalidInput
 from core.nodes.known_hosts import KnownHosts
 from core.domain.records import NAME_RE, Node
@@ -91,8 +92,9 @@ class NodePool:
         return get_node(self.store, name)
 
     def connection(self, node: Node) -> Connection:
-        """A lazy SSH connection to a pooled node: its pinned host key, no questions asked."""
-        return self._connection(node, set(), ask=False)
+        """A lazy SSH connection to a pooled node: its pinned host key, no questions asked
+        (a changed key is accepted only when its fingerprint is in `prompts.trusted`)."""
+        return self._connection(node, set(self.prompts.trusted), ask=False)
 
     # gathering facts -------------------------------------------------------------------
     def _connection(self, node: Node | ImportRequest, trusted: set[str], ask: bool) -> Connection:
@@ -124,7 +126,7 @@ class NodePool:
         seen: set[str] = set()
         for req in requests:
             where = f"{req.source}: " if req.source else ""
-            if not NAME_RE.match(req.name or ""):
+            if not NAME_RE.fullmatch(req.name or ""):
                 raise InvalidInput(f"{where}node name {req.name!r} is not valid",
                                    "use 1-32 lowercase letters, digits and dashes, e.g. gpu-1")
             if req.name in existing or req.name in seen:
@@ -133,6 +135,7 @@ class NodePool:
             if not req.host or not req.username:
                 raise InvalidInput(f"{where}node {req.name!r} needs a host and a username",
                                    "give --endpoint HOST[:PORT] and --username")
+            _check_address(req, where)
             seen.add(req.name)
         for path in sorted({r.key_path for r in requests if r.key_path}):
             self.keys.load(path)  # asks for passphrases up front, in this thread
@@ -181,6 +184,7 @@ class NodePool:
                 update_node(self.store, node)
             except GeotrainError:
                 pass  # removed meanwhile: nothing to record
+        self.known_hosts.save()  # keys re-pinned with --trust-host-key
         return nodes
 
     def remove(self, name: str) -> Node:
@@ -190,6 +194,18 @@ class NodePool:
                                f"remove it from the cluster first (or delete cluster {node.cluster!r})")
         remove_node(self.store, name)
         return node
+
+
+def _check_address(req: ImportRequest, where: str) -> None:
+    """Host, port, user and jump reach SSH, shells and configs: each checked in full."""
+    try:
+        check_host(req.host, f"host of {req.name}")
+        check_port(req.port, f"port of {req.name}")
+        check_user(req.username, f"username of {req.name}")
+        if req.jump:
+            parse_endpoint(req.jump, req.username)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}{exc.message}", exc.hint) from None
 
 
 def _reason(exc: BaseException) -> str:

@@ -8,6 +8,8 @@ callback, or a fingerprint given in advance); a changed key is refused.
 from __future__ import annotations
 
 import io
+import re
+import secrets
 import select
 import shlex
 import socket
@@ -20,7 +22,9 @@ from typing import Callable
 import paramiko
 
 from core.errors import GeotrainError, InvalidInput
-from core.nodes.known_hosts import KnownHosts, fingerprint, host_label
+from core.schema.endpoints import parse_endpoint  # noqa: F401 - re-exported: callers import it here
+from core.nodes.known_hosts import KnownHosts, fingerprint, host_label, route_label
+from core.nodes.ssh_sftp import PRIVATE_MODE, create_private, install_command, remove_quietly
 
 # (host label, key type, fingerprint) -> trust it?
 ConfirmHostKey = Callable[[str, str, str], bool]
@@ -58,23 +62,6 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
-
-
-def parse_endpoint(text: str, default_user: str | None = None) -> tuple[str | None, str, int]:
-    """`[user@]host[:port]` (IPv6 as `[addr]:port`) -> (user, host, port)."""
-    user, _, rest = text.rpartition("@")
-    user = user or default_user
-    host, port = rest, "22"
-    if rest.startswith("["):
-        host, closed, tail = rest[1:].partition("]")
-        host = host if closed else ""
-        port = tail[1:] if tail.startswith(":") else "22"
-    elif rest.count(":") == 1:
-        host, port = rest.split(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidInput(f"endpoint {text!r} is not HOST or HOST:PORT",
-                           "write it like 203.0.113.7 or gpu1.example.com:2222")
-    return user, host, int(port)
 
 
 class KeyRing:
@@ -122,14 +109,25 @@ class PinnedHostKeyPolicy(paramiko.MissingHostKeyPolicy):
     so; a changed key is trusted only when its new fingerprint was given in `trusted`.
     """
 
-    def __init__(self, known: KnownHosts, trusted: set[str], confirm: ConfirmHostKey | None) -> None:
-        self.known, self.trusted, self.confirm = known, trusted, confirm
+    def __init__(self, known: KnownHosts, trusted: set[str], confirm: ConfirmHostKey | None,
+                 jump: tuple[str, int] | None = None) -> None:
+        self.known, self.trusted, self.confirm, self.jump = known, trusted, confirm, jump
+
+    def _pinned(self, label: str, host: str, offered: tuple[str, str]) -> list[tuple[str, str]]:
+        """The keys pinned for `label`; a jumped host's older pin under its bare name
+        counts only when it holds the offered key (it is then moved to the new name)."""
+        pinned = self.known.lookup(label)
+        if not pinned and self.jump and offered in self.known.lookup(host):
+            self.known.pin(label, *offered)
+            return [offered]
+        return pinned
 
     def missing_host_key(self, client, hostname, key) -> None:
-        label = hostname  # paramiko names it as OpenSSH does: host, or [host]:port
+        # paramiko names it as OpenSSH does: host, or [host]:port; a jump host prefixes it
+        label = route_label(hostname, self.jump)
         offered = (key.get_name(), key.get_base64())
         fp = fingerprint(key.asbytes())
-        pinned = self.known.lookup(label)
+        pinned = self._pinned(label, hostname, offered)
         if offered in pinned:
             return
         if pinned:
@@ -187,10 +185,11 @@ class Connection:
         return f"{self.username}@{host_label(self.host, self.port)}"
 
     # connecting ---------------------------------------------------------------
-    def _client(self, host: str, port: int, user: str, sock=None) -> paramiko.SSHClient:
+    def _client(self, host: str, port: int, user: str, sock=None,
+                jump: tuple[str, int] | None = None) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(
-            PinnedHostKeyPolicy(self.known_hosts, self.trusted, self.confirm))
+            PinnedHostKeyPolicy(self.known_hosts, self.trusted, self.confirm, jump))
         pkey = self.keys.load(self.key_path) if self.key_path else None
         try:
             client.connect(host, port, user, pkey=pkey, sock=sock, timeout=self.connect_timeout,
@@ -202,7 +201,7 @@ class Connection:
         return client
 
     def _open(self) -> paramiko.SSHClient:
-        sock = None
+        sock, via = None, None
         if self.jump:
             juser, jhost, jport = parse_endpoint(self.jump, self.username)
             jump = self._client(jhost, jport, juser)
@@ -210,7 +209,8 @@ class Connection:
             sock = jump.get_transport().open_channel(
                 "direct-tcpip", (self.host, self.port), ("127.0.0.1", 0),
                 timeout=self.connect_timeout)
-        client = self._client(self.host, self.port, self.username, sock)
+            via = (jhost, jport)
+        client = self._client(self.host, self.port, self.username, sock, via)
         self._clients.append(client)
         return client
 
@@ -343,43 +343,54 @@ class Connection:
 
     def put(self, data: bytes | str | Path, remote_path: str, mode: int = 0o644,
             sudo: bool = False) -> None:
-        """Upload bytes (or a local file) to `remote_path` with `mode`, set before writing."""
+        """Upload bytes (or a local file) to `remote_path` with `mode`.
+
+        The file is private from the moment it exists (a secret has no readable window):
+        created 0600 by the SFTP open itself (O_EXCL, fresh name), then renamed into place.
+        """
         payload = Path(data).read_bytes() if isinstance(data, Path) else (
             data.encode() if isinstance(data, str) else data)
-        target = remote_path
-        if sudo and self.username != "root":
-            target = f"/tmp/.geotrain-upload-{time.monotonic_ns()}"
         self.connect()
+        if sudo and self.username != "root":
+            self._put_via_private_dir(payload, remote_path, mode)
+            return
+        directory, slash, name = remote_path.rpartition("/")
+        fresh = f"{directory}{slash}.{name}.geotrain-{secrets.token_hex(8)}"
+        self._sftp_write(fresh, payload, mode, final=remote_path)
+
+    def _sftp_write(self, path: str, payload: bytes, mode: int, final: str | None) -> None:
+        """Create `path` (O_EXCL, 0600 in the open), write, set `mode`, rename to `final`."""
         try:
             with self._clients[-1].open_sftp() as sftp:
-                with sftp.open(target, "wb") as handle:
-                    handle.chmod(min(mode, 0o600) if target != remote_path else mode)
-                    handle.write(payload)
+                try:
+                    with create_private(sftp, path) as handle:
+                        handle.write(payload)
+                        if mode != PRIVATE_MODE:
+                            handle.chmod(mode)  # the content is written; a secret stays 0600
+                    if final:
+                        sftp.posix_rename(path, final)
+                except BaseException:
+                    remove_quietly(sftp, path)
+                    raise
         except (OSError, paramiko.SSHException) as exc:
-            raise SSHError(f"{self.label}: cannot write {target}: {exc}",
+            raise SSHError(f"{self.label}: cannot write {final or path}: {exc}",
                            "check the directory exists and is writable by the user") from None
-        if target != remote_path:
-            moved = self.run(f"install -m {mode:o} {target} {shlex.quote(remote_path)}; "
-                             f"rc=$?; rm -f {target}; exit $rc", sudo=True)
-            if not moved.ok:
-                raise SSHError(f"{self.label}: cannot install {remote_path}: {moved.stderr.strip()}",
-                               "check the directory exists")
 
+    def _put_via_private_dir(self, payload: bytes, remote_path: str, mode: int) -> None:
+        """A non-root login: upload into a fresh 0700 `mktemp -d` dir, then root moves it
+        into place through a 0600 `mktemp` file beside the target (never an open window)."""
+        made = self.run("umask 077 && mktemp -d /tmp/.geotrain-upload.XXXXXXXXXX")
+        private_dir = made.stdout.strip()
+        if not made.ok or not re.fullmatch(r"/tmp/\.geotrain-upload\.[A-Za-z0-9]{10}", private_dir):
+            raise SSHError(f"{self.label}: cannot make a private upload directory: "
+                           f"{(made.stderr or made.stdout).strip()[:200]}", "check /tmp is writable")
+        staged = f"{private_dir}/upload"
+        try:
+            self._sftp_write(staged, payload, PRIVATE_MODE, final=None)
+            moved = self.run(install_command(staged, remote_path, mode), sudo=True)
+        finally:
+            self.run(f"rm -rf {shlex.quote(private_dir)}")
+        if not moved.ok:
+            raise SSHError(f"{self.label}: cannot install {remote_path}: {moved.stderr.strip()}",
+                           "check the directory exists")
 
-def ssh_config_host(alias: str, config_path: str | None = None) -> dict:
-    """What `~/.ssh/config` says about Host `alias`: hostname, port, user, key, jump."""
-    path = Path(config_path or "~/.ssh/config").expanduser()
-    if not path.is_file():
-        raise InvalidInput(f"SSH config {path} does not exist", "give --ssh-config PATH")
-    try:
-        config = paramiko.SSHConfig.from_path(str(path))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read SSH config {path}: {exc}", "give --ssh-config PATH") from None
-    if alias not in config.get_hostnames():
-        raise InvalidInput(f"{path}: no `Host {alias}` entry",
-                           "use an alias defined there (see `grep -i '^host ' ~/.ssh/config`)")
-    entry = config.lookup(alias)
-    keys = entry.get("identityfile") or []
-    return {"hostname": entry.get("hostname", alias), "port": int(entry.get("port", 22)),
-            "user": entry.get("user"), "key_path": keys[0] if keys else None,
-            "jump": entry.get("proxyjump")}

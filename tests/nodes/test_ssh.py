@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from core.nodes.known_hosts import KnownHosts
-from core.nodes.ssh import (AuthFailed, CommandTimeout, Connection, HostKeyError, KeyRing, Unreachable,
-                      ssh_config_host)
+from core.nodes.ssh import AuthFailed, CommandTimeout, Connection, HostKeyError, KeyRing, Unreachable
+from core.nodes.ssh_config import ssh_config_host
 
 
 @pytest.fixture
