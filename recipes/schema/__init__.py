@@ -7,7 +7,7 @@ YAML against it for the training run.
 """
 
 from recipes.schema.check import ConfigError, check, validate
-from recipes.schema.help import FieldHelp, field_help, json_schema
+from recipes.schema.help import FieldHelp, bounds, describe, field_help, json_schema
 from recipes.schema.models import (
     CheckpointConfig,
     DataConfig,
@@ -21,6 +21,6 @@ from recipes.schema.models import (
 
 __all__ = [
     "CheckpointConfig", "ConfigError", "DataConfig", "DemoConfig", "DilocoConfig", "DistConfig",
-    "FieldHelp", "LoggingConfig", "OptimConfig", "TrainConfig", "check", "field_help", "json_schema",
+    "FieldHelp", "LoggingConfig", "bounds", "describe", "OptimConfig", "TrainConfig", "check", "field_help", "json_schema",
     "validate",
 ]

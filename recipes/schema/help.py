@@ -28,6 +28,8 @@ def describe(tp: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return describe(inner[0]) + " or null"
+    if origin is dict or tp is dict:
+        return "a mapping"
     if origin is list:
         return "a list of " + describe(typing.get_args(tp)[0]).removeprefix("a ").removeprefix("an ") + "s"
     if isinstance(tp, type) and issubclass(tp, BaseModel):

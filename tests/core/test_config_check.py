@@ -1,7 +1,7 @@
 """The editor's checker: all problems at once, with field path and line."""
 
 from core.domain import recipe_catalog
-from core.domain.config_check import check_config_text, line_of
+from core.schema.training_config import check_config_text, line_of
 import yaml
 
 

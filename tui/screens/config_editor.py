@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Static, TextArea
 
-from core.domain.config_check import check_config_text
+from core.schema.training_config import check_config_text
 from tui.messages import ConfigChecked
 from tui.screens.base import GeotrainScreen
 
