@@ -85,6 +85,8 @@ def key_path_at(text: str, row: int) -> str | None:
     path: list[str] = []
     here = _KEY.match(lines[row])
     indent = len(lines[row]) - len(lines[row].lstrip())
+    if not here and lines[row].lstrip().startswith("-"):
+        indent += 1  # a compact list item (`betas:` then `- 0.9` at the same indent) belongs to the key above
     if here:
         path.append(here.group(2))
     for line in reversed(lines[:row]):
@@ -99,8 +101,15 @@ def key_path_at(text: str, row: int) -> str | None:
 
 def field_hint(dotted: str | None) -> str | None:
     """One line for the editor: the field's documentation, type or choices, and default."""
-    found = recipe_schema.field_help(dotted) if dotted else None
-    return found.line() if found else None
+    if not dotted:
+        return None
+    found = recipe_schema.field_help(dotted)
+    if found:
+        return found.line()
+    parent, _, key = dotted.rpartition(".")
+    known = recipe_schema.field_help(parent) if parent else None
+    keys = known.expected.removeprefix("a mapping: ") if known else ", ".join(recipe_schema.TrainConfig.model_fields)
+    return f"{dotted}: {key!r} is not a key here; known keys: {keys}"
 
 
 def config_json_schema() -> dict[str, Any]:
