@@ -29,13 +29,17 @@ class Shown(str):
         return str(self)
 
 
+def _field_error(issue: dict) -> FieldError:
+    if issue["path"] == "(root)":
+        return FieldError("config", issue["expected"], Shown(issue["found"]), "fix the detailed config")
+    path = issue["path"]
+    return FieldError(f"config.{path}", issue["expected"], Shown(issue["found"]),
+                      f"fix config.{path} in the detailed config, or --set {path}=VALUE")
+
+
 def config_errors(config: Any) -> list[FieldError]:
     """Every problem in a detailed config (empty when valid), as FieldErrors under `config.`."""
-    _, problems = recipe_schema.check(config)
-    return [FieldError("config." + p["path"] if p["path"] != "(root)" else "config", p["expected"],
-                       Shown(p["found"]), f"fix config.{p['path']} in the detailed config, "
-                       f"or --set {p['path']}=VALUE" if p["path"] != "(root)" else "fix the detailed config")
-            for p in problems]
+    return [_field_error(issue) for issue in recipe_schema.check(config)[1]]
 
 
 def line_of(text: str, dotted: str) -> int | None:
