@@ -131,7 +131,8 @@ class WorkspaceSpec(BaseModel):
         return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "$defs": defs}
 
 
-_HINTS = {"workers": "use --workers 1 or more", "steps": "use --steps 1 or more"}
+_HINTS = {"workers": "use --workers 1 or more", "steps": "use --steps 1 or more",
+          "recovery": "write e.g. `recovery: {max_recoveries: 3}`", "config": "the detailed config is a mapping"}
 
 
 @dataclass
