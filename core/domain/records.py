@@ -127,7 +127,8 @@ class WorkspaceSpec(BaseModel):
         schema = cls.model_json_schema()
         defs = {**config_schema.get("$defs", {}), **schema.pop("$defs", {})}
         inner = {k: v for k, v in config_schema.items() if k not in ("$defs", "$schema")}
-        schema["properties"]["config"] = {**inner, "description": schema["properties"]["config"].get("description", "")}
+        described = schema["properties"]["config"].get("description", "")
+        schema["properties"]["config"] = {**inner, "description": described}
         return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "$defs": defs}
 
 

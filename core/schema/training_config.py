@@ -112,7 +112,8 @@ def field_hint(dotted: str | None) -> str | None:
         return found.line()
     parent, _, key = dotted.rpartition(".")
     known = recipe_schema.field_help(parent) if parent else None
-    keys = known.expected.removeprefix("a mapping: ") if known else ", ".join(recipe_schema.TrainConfig.model_fields)
+    top = ", ".join(recipe_schema.TrainConfig.model_fields)
+    keys = known.expected.removeprefix("a mapping: ") if known else top
     return f"{dotted}: {key!r} is not a key here; known keys: {keys}"
 
 

@@ -34,7 +34,8 @@ Float = Annotated[float, BeforeValidator(_not_bool)]
 
 ModelName = Literal[tuple(MODEL_SIZES)]  # type: ignore[valid-type]
 PresetName = Literal[_preset_names()]  # type: ignore[valid-type]
-DataSource = Literal[tuple(dict.fromkeys(s for sources in MODEL_DATA.values() for s in sources))]  # type: ignore[valid-type]
+_SOURCES = tuple(dict.fromkeys(source for sources in MODEL_DATA.values() for source in sources))
+DataSource = Literal[_SOURCES]  # type: ignore[valid-type]
 WireBits = Literal[32, 16, 8, 4, 1]
 
 
