@@ -1,8 +1,9 @@
-"""geotrain core: everything but the screens. Never imports textual, tui or recipes.
+"""geotrain core: everything but the screens. Never imports textual, tui or recipes,
+save recipes.schema (the torch-free typed training config both sides share).
 
     errors.py       errors a person can cause: what was wrong and what to do
     workspaces.py   the workspace service the CLI and the app call
-    schema/         reading what a person wrote: one loader with limits
+    schema/         reading what a person wrote: one loader, typed checks, config docs
     domain/         nodes, clusters, workspaces, specs; the recipe catalog as data
     state/          SQLite store and its records, secret store, data dir
     nodes/          the node pool over SSH: ssh, host keys, facts, status, import files

@@ -15,8 +15,10 @@ from core.backends import backend_for
 from core.backends.base import Backend, LaunchPlan, WorkspaceState
 from core.state.cluster_records import get_cluster
 from core.errors import FieldError, InvalidInput, NotFound
+from core.schema.training_config import config_errors
 from core.schema.user_files import read_user_file
-from core.domain.records import Status, Workspace, WorkspaceSpec, parse_yaml
+from core.schema.yaml_text import parse_yaml
+from core.domain.records import Status, Workspace, WorkspaceSpec
 from core.domain.recovery import RecoverySettings
 from core.state.secret_store import TOKEN_ENV, SecretStore
 from core.state.store import Store
@@ -90,7 +92,7 @@ class WorkspaceService:
         return {**base, "config": data}
 
     def validate_config(self, spec: WorkspaceSpec) -> None:
-        errors = recipe_catalog.config_errors(spec.config)
+        errors = config_errors(spec.config)
         if errors:
             first = errors[0]
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

@@ -14,7 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from recipes.config_schema import DistConfig
+from recipes.schema import DistConfig
 from recipes.streams import Streams
 
 # Environment torch.distributed reads; set once here before the group exists.

@@ -24,7 +24,7 @@ from recipes import checkpoint, elastic
 from recipes.algorithms import build_algorithm
 from recipes.checkpoint_store import CheckpointStore
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
-from recipes.config_schema import TrainConfig
+from recipes.schema import TrainConfig
 from recipes.data import build_data
 from recipes.distributed import Runtime, Wire, setup, teardown
 from recipes.models import build_model, count_parameters

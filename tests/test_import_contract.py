@@ -1,7 +1,7 @@
 """The layering, written down and checked (kopf's .importlinter idea, without the dependency).
 
-tui -> core; core never -> tui or textual; nothing -> recipes except by launching it;
-screens never -> screens; each core folder imports only the folders its __init__ names;
+tui -> core; core never -> tui or textual; nothing -> recipes except by launching it,
+save `recipes.schema` (the torch-free typed config both sides share); screens never -> screens; each core folder imports only the folders its __init__ names;
 no import circle between modules anywhere.
 """
 
@@ -66,14 +66,39 @@ def in_project(name: str) -> bool:
     return name.split(".")[0] in ("core", "tui", "recipes", "themes")
 
 
-def test_core_never_imports_tui_textual_or_recipes():
+SHARED_SCHEMA = "recipes.schema"
+
+
+def from_recipes(name: str) -> bool:
+    """An import of recipes other than the one shared schema package."""
+    return name.split(".")[0] == "recipes" and name != SHARED_SCHEMA
+
+
+def test_core_never_imports_tui_textual_or_recipes_but_the_shared_schema():
     bad = [(m, i) for m in modules() if m.startswith("core")
-           for i in imports_of(m) if i.split(".")[0] in ("tui", "textual", "recipes")]
+           for i in imports_of(m) if i.split(".")[0] in ("tui", "textual") or from_recipes(i)]
     assert bad == []
 
 
+def test_the_shared_schema_imports_only_itself_and_the_plain_catalog():
+    bad = [(m, i) for m in modules() if m.startswith(SHARED_SCHEMA) for i in imports_of(m)
+           if in_project(i) and not i.startswith(SHARED_SCHEMA) and i != "recipes.catalog"]
+    assert bad == []
+
+
+def test_importing_the_schema_layer_pulls_in_no_torch():
+    import subprocess
+    import sys
+
+    probe = ("import sys, recipes.schema, core.schema.training_config, core.domain.records, "
+             "core.domain.recovery, core.nodes.import_file; print(sorted(m for m in sys.modules "
+             "if m.split('.')[0] in ('torch', 'transformers', 'numpy')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_tui_never_imports_recipes_and_recipes_never_import_core_or_tui():
-    bad = [(m, i) for m in modules() if m.startswith("tui") for i in imports_of(m) if i.startswith("recipes")]
+    bad = [(m, i) for m in modules() if m.startswith("tui") for i in imports_of(m) if from_recipes(i)]
     bad += [(m, i) for m in modules() if m.startswith("recipes")
             for i in imports_of(m) if i.split(".")[0] in ("core", "tui", "textual")]
     assert bad == []

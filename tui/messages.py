@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from textual.message import Message
 
 from core.backends.base import WorkspaceState
-from core.domain.config_check import ConfigProblem
+from core.schema.training_config import ConfigProblem
 from core.domain.records import Node, Workspace
 from core.bootstrap.progress import ProgressEvent
 from tui.cluster_builder import BuildOutcome

@@ -1,18 +1,22 @@
-"""`geotrain workspaces deploy|list|show|logs|delete`."""
+"""`geotrain workspaces deploy|schema|list|show|logs|delete`."""
 
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
-from core.domain.records import TEMPLATES
+from core.domain.records import TEMPLATES, WorkspaceSpec
+from core.schema.training_config import config_json_schema
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
 
 
@@ -38,6 +42,11 @@ def register(groups) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would run; change nothing")
     p.add_argument("--json", action="store_true", help="print the new workspace as JSON")
     p.set_defaults(handler=cmd_deploy)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of a detailed config (for editors)")
+    p.add_argument("--spec", action="store_true", help="of a whole workspace spec file instead")
+    p.add_argument("--output", "-o", metavar="FILE", help="write it to FILE")
+    p.set_defaults(handler=cmd_schema)
 
     p = sub.add_parser("list", help="list workspaces on all clusters")
     p.add_argument("--json", action="store_true")
@@ -69,18 +78,38 @@ def _tokens(args) -> dict[str, str | None]:
     return tokens
 
 
+def editor_schema(spec_file: bool) -> dict:
+    """JSON Schema of a detailed config, or of a whole spec file with that config inside."""
+    config = config_json_schema()
+    return WorkspaceSpec.editor_schema(config) if spec_file else config
+
+
 def _edit(text: str) -> str:
+    """Open `text` in $EDITOR; its first line points yaml-language-server (VS Code's YAML
+    extension and others) at a JSON Schema written beside it, so mistakes show as you type."""
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        handle.write(text)
-        name = handle.name
+    folder = Path(tempfile.mkdtemp(prefix="geotrain-edit-"))  # 0700, private to this user
+    schema, name = folder / "spec.schema.json", folder / "spec.yaml"
     try:
-        if subprocess.call(shlex.split(editor) + [name]) != 0:
+        schema.write_text(json.dumps(editor_schema(spec_file=True), indent=1))
+        name.write_text(f"# yaml-language-server: $schema={schema.as_uri()}\n{text}")
+        if subprocess.call(shlex.split(editor) + [str(name)]) != 0:
             raise InvalidInput(f"the editor {editor!r} exited with an error", "nothing was deployed")
-        with open(name) as handle:
-            return handle.read()
+        return name.read_text()
     finally:
-        os.unlink(name)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def cmd_schema(args) -> int:
+    """Print (or write) the JSON Schema editors validate configs against."""
+    text = json.dumps(editor_schema(args.spec), indent=1)
+    if args.output:
+        Path(args.output).expanduser().write_text(text + "\n")
+        print(f"Wrote {args.output}; point your editor at it with a first line "
+              f"`# yaml-language-server: $schema={Path(args.output).expanduser().resolve().as_uri()}`.")
+    else:
+        print(text)
+    return 0
 
 
 def cmd_deploy(args) -> int:

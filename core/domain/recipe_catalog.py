@@ -1,24 +1,18 @@
 """What the recipes offer, read as data: models and sizes from `recipes/configs/`,
-presets from `recipes/presets.yaml`; configs checked by launching `recipes.config`.
-
-core never imports recipes: it reads their data files and runs their checker as a
-process, so the recipe's own dataclasses stay the one definition of a valid config.
+presets from `recipes/presets.yaml`. Configs are checked by core.schema.training_config
+against `recipes.schema`, the one recipes module core may import.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from core.errors import BackendError, FieldError, InvalidInput
+from core.errors import InvalidInput
 
 
 def package_root() -> Path:
@@ -76,40 +70,6 @@ def recipe_env() -> dict[str, str]:
     root = str(package_root())
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
-
-
-def config_errors(config: dict[str, Any]) -> list[FieldError]:
-    """Every problem the recipe's own checker finds in `config` (empty when valid)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        yaml.safe_dump(config, handle, sort_keys=False)
-        name = handle.name
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "recipes.config", "check", name, "--json"],
-            capture_output=True, text=True, timeout=60, env=recipe_env(),
-            cwd=str(package_root()),
-        )
-    finally:
-        os.unlink(name)
-    if proc.returncode == 0:
-        return []
-    try:
-        problems = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise BackendError("the recipe config checker failed",
-                           (proc.stderr.strip().splitlines() or ["no output"])[-1]) from None
-    return [FieldError("config." + p["path"] if p.get("path") else "config",
-                       p.get("expected", "?"), Shown(p.get("found", "?")),
-                       f"fix config.{p['path']} in the detailed config, or --set {p['path']}=VALUE"
-                       if p.get("path") else "fix the detailed config")
-            for p in problems]
-
-
-class Shown(str):
-    """A value the checker already rendered; shown as it is, not quoted again."""
-
-    def __repr__(self) -> str:
-        return str(self)
 
 
 def set_path(config: dict[str, Any], dotted: str, raw: str) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
-from core.errors import FieldError, InvalidInput
+from core.errors import FieldError
+from core.schema.field_errors import first_field_error
 
 TEMPLATES = ("distributed-training",)
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -52,36 +54,86 @@ class Cluster:
     nodes: list[str] = field(default_factory=list)
 
 
-@dataclass
-class WorkspaceSpec:
+Name = Annotated[str, Strict()]
+
+
+class WorkspaceSpec(BaseModel):
     """What a user asks for. `config` is the recipe's full detailed config.
 
     `tokens` holds references into the secret store (e.g. {"wandb": "ws-x/wandb"}),
     never the tokens themselves.
     """
 
-    cluster: str
-    model: str
-    size: str
-    preset: str
-    workers: int
-    steps: int
-    template: str = "distributed-training"
-    config: dict[str, Any] = field(default_factory=dict)
-    tokens: dict[str, str] = field(default_factory=dict)
-    image: str | None = None
-    recovery: dict[str, Any] = field(default_factory=dict)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    cluster: Name
+    """The cluster it runs on (`geotrain clusters list`)."""
+    model: Name
+    """Model name from the recipe catalog."""
+    size: Name
+    """Size name of that model."""
+    preset: Name
+    """Gradient-compression preset (none, low, medium, high, ultra)."""
+    workers: Annotated[int, Strict()] = Field(ge=1)
+    """Training processes (one per GPU, or per CPU slot on `local`)."""
+    steps: Annotated[int, Strict()] = Field(ge=1)
+    """Inner optimizer steps per worker."""
+    template: Literal[TEMPLATES] = "distributed-training"  # type: ignore[valid-type]
+    """The workspace template."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The detailed (training) config; see `geotrain workspaces schema`."""
+    tokens: dict[str, Name] = Field(default_factory=dict)
+    """Token references into the secret store, never the tokens."""
+    image: Optional[Name] = None
+    """Container image for Kubernetes clusters; null: the release's recipes image."""
+    recovery: dict[str, Any] = Field(default_factory=dict)
     """Checkpoint location and automatic recovery (core.domain.recovery.RecoverySettings)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        """`image: null` takes the default; a required field set to null counts as missing."""
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _recovery_checked(self) -> "WorkspaceSpec":
+        from core.domain.recovery import RecoverySettings
+
+        if self.recovery:
+            self.recovery = RecoverySettings.from_dict(self.recovery).to_dict()
+        return self
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @classmethod
     def from_dict(cls, data: Any) -> "WorkspaceSpec":
-        return cls(**validate_spec_fields(data))
+        """A checked spec, or the first problem as one FieldError naming its field."""
+        if not isinstance(data, dict):
+            raise FieldError("spec", "a mapping of fields", type(data).__name__,
+                             "a workspace spec is a YAML mapping such as `model: gpt-neo`")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise first_field_error(exc, cls, hints=_HINTS,
+                                    missing_hint=lambda name: f"set `{name}` in the spec") from None
+
+    @classmethod
+    def editor_schema(cls, config_schema: dict[str, Any]) -> dict[str, Any]:
+        """JSON Schema of a whole spec file, with the detailed config's schema under `config`."""
+        schema = cls.model_json_schema()
+        defs = {**config_schema.get("$defs", {}), **schema.pop("$defs", {})}
+        inner = {k: v for k, v in config_schema.items() if k not in ("$defs", "$schema")}
+        described = schema["properties"]["config"].get("description", "")
+        schema["properties"]["config"] = {**inner, "description": described}
+        return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "$defs": defs}
+
+
+_HINTS = {"workers": "use --workers 1 or more", "steps": "use --steps 1 or more",
+          "recovery": "write e.g. `recovery: {max_recoveries: 3}`", "config": "the detailed config is a mapping"}
 
 
 @dataclass
@@ -97,65 +149,3 @@ class Workspace:
     @property
     def cluster(self) -> str:
         return self.spec.cluster
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise InvalidInput(f"{source}: malformed YAML{where}: {problem}",
-                           "fix the YAML syntax and try again") from None
-
-
-_FIELDS: dict[str, tuple[type, str]] = {
-    "template": (str, "a template name"),
-    "cluster": (str, "a cluster name"),
-    "model": (str, "a model name"),
-    "size": (str, "a size name"),
-    "preset": (str, "a gradient-compression preset"),
-    "workers": (int, "a whole number of workers ≥ 1"),
-    "steps": (int, "a whole number of steps ≥ 1"),
-    "config": (dict, "a mapping (the detailed config)"),
-    "tokens": (dict, "a mapping of token references"),
-    "image": (str, "a container image name"),
-    "recovery": (dict, "a mapping of recovery settings"),
-}
-_REQUIRED = ("cluster", "model", "size", "preset", "workers", "steps")
-
-
-def validate_spec_fields(data: Any) -> dict[str, Any]:
-    """Check shape and types of a spec mapping; raises FieldError with the path."""
-    if not isinstance(data, dict):
-        raise FieldError("spec", "a mapping of fields", type(data).__name__,
-                         "a workspace spec is a YAML mapping such as `model: gpt-neo`")
-    unknown = sorted(set(data) - set(_FIELDS))
-    if unknown:
-        raise FieldError(unknown[0], f"one of {', '.join(_FIELDS)}", "an unknown field",
-                         "remove or rename the field")
-    for name in _REQUIRED:
-        if data.get(name) is None:
-            raise FieldError(name, _FIELDS[name][1], None, f"set `{name}` in the spec")
-    out: dict[str, Any] = {}
-    for name, value in data.items():
-        kind, expected = _FIELDS[name]
-        if value is None and name not in _REQUIRED:
-            continue
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise FieldError(name, expected, value)
-        if not isinstance(value, kind):
-            raise FieldError(name, expected, value)
-        out[name] = value
-    for name in ("workers", "steps"):
-        if out[name] < 1:
-            raise FieldError(name, _FIELDS[name][1], out[name],
-                             f"use --{name} 1 or more")
-    if "recovery" in out:
-        from core.domain.recovery import RecoverySettings
-
-        out["recovery"] = RecoverySettings.from_dict(out["recovery"]).to_dict()
-    if out.get("template", TEMPLATES[0]) not in TEMPLATES:
-        raise FieldError("template", f"one of {', '.join(TEMPLATES)}", out["template"])
-    return out

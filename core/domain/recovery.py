@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Annotated, Any, Optional
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from core.errors import FieldError
+from core.schema.field_errors import first_field_error
 
 ALGORITHMS_THAT_STAY_UP = ("diloco", "demo")
 # A node directory a pod may write into must not be (or be inside) one the system or the
@@ -38,19 +40,69 @@ TOP_LEVEL_ONLY = ("/", "/home", "/var", "/var/lib", "/tmp", "/opt", "/srv", "/mn
 K8S_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-@dataclass
-class RecoverySettings:
-    max_recoveries: int = 3
-    elastic: bool = True
-    join_timeout_s: float = 60.0
-    heartbeat_timeout_s: float = 5.0
-    op_timeout_s: float = 30.0
-    standby: bool = True
-    checkpoint_dir: str | None = None
-    host_path: str | None = None
-    pvc: str | None = None
-    storage_class: str | None = None
-    hf_repo: str | None = None
+def _named(value: str) -> str:
+    if not value.strip():
+        raise ValueError("empty")
+    return value
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError("relative")
+    return value
+
+
+def _host_path(value: str) -> str:
+    return check_host_path(value)
+
+
+def _kubernetes_name(value: str) -> str:
+    if len(value) > 253 or not K8S_SUBDOMAIN.fullmatch(value):
+        raise ValueError("not a Kubernetes name")
+    return value
+
+
+Seconds = Annotated[float, Strict(), Field(gt=0, le=86400)]
+Named = Annotated[str, Strict(), AfterValidator(_named)]
+AbsolutePath = Annotated[Named, AfterValidator(_absolute)]
+NodeDirectory = Annotated[AbsolutePath, AfterValidator(_host_path)]
+KubernetesName = Annotated[Named, AfterValidator(_kubernetes_name)]
+
+
+class RecoverySettings(BaseModel):
+    """A workspace's `recovery:` mapping, checked; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    max_recoveries: Annotated[int, Strict()] = Field(3, ge=0)
+    """Automatic restarts before the workspace is FAILED."""
+    elastic: Annotated[bool, Strict()] = True
+    """DiLoCo goes on without a lost worker (DDP restarts the group)."""
+    join_timeout_s: Seconds = 60.0
+    """Longest wait for an alive but late worker at an outer step."""
+    heartbeat_timeout_s: Seconds = 5.0
+    """A worker silent this long is not waited for."""
+    op_timeout_s: Seconds = 30.0
+    """Bound on one outer-step collective."""
+    standby: Annotated[bool, Strict()] = True
+    """Local elastic pool: keep one warm spare worker for fast restarts."""
+    checkpoint_dir: Optional[AbsolutePath] = None
+    """Local: a directory on this machine (default: the run dir)."""
+    host_path: Optional[NodeDirectory] = None
+    """Kubernetes: a directory on each node; each workspace mounts only <host_path>/<job>."""
+    pvc: Optional[KubernetesName] = None
+    """Kubernetes: an existing claim; each workspace mounts only its sub-path."""
+    storage_class: Optional[KubernetesName] = None
+    """Kubernetes: class of the per-workspace claim made by default (ReadWriteMany for several pods)."""
+    hf_repo: Optional[Named] = None
+    """HF Hub copy of record (needs an HF token)."""
+
+    @model_validator(mode="after")
+    def _one_checkpoint_volume(self) -> "RecoverySettings":
+        if self.host_path and self.pvc:
+            raise FieldError("recovery.pvc", "either host_path or pvc", "both",
+                             "keep one of recovery.host_path and recovery.pvc")
+        return self
 
     @classmethod
     def from_dict(cls, data: Any) -> "RecoverySettings":
@@ -59,20 +111,13 @@ class RecoverySettings:
         if not isinstance(data, dict):
             raise FieldError("recovery", "a mapping of recovery settings", type(data).__name__,
                              "write e.g. `recovery: {max_recoveries: 3}`")
-        known = {f.name: f for f in fields(cls)}
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in known:
-                raise FieldError(f"recovery.{key}", f"one of {', '.join(known)}", "an unknown key",
-                                 "remove or rename the key")
-            out[key] = _check(key, value, cls.__dataclass_fields__[key].default)
-        if out.get("host_path") and out.get("pvc"):
-            raise FieldError("recovery.pvc", "either host_path or pvc", "both",
-                             "keep one of recovery.host_path and recovery.pvc")
-        return cls(**out)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise first_field_error(exc, cls, "recovery.", _EXPECTED, _hints()) from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return self.model_dump(exclude_none=True)
 
     def is_elastic(self, algorithm: str, workers: int) -> bool:
         """DiLoCo with several workers keeps going without a lost one; DDP restarts the group."""
@@ -90,34 +135,6 @@ class RecoverySettings:
         return env
 
 
-def _check(key: str, value: Any, default: Any) -> Any:
-    path = f"recovery.{key}"
-    if key == "max_recoveries":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise FieldError(path, "a whole number ≥ 0", value, "e.g. max_recoveries: 3")
-        return value
-    if key in ("elastic", "standby"):
-        if not isinstance(value, bool):
-            raise FieldError(path, "true or false", value, f"write {key}: true or {key}: false")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86400:
-            raise FieldError(path, "seconds, more than 0 and at most 86400", value, f"e.g. {key}: {default:g}")
-        return float(value)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise FieldError(path, "a non-empty string", value, f"give {key} a name or remove it")
-    if key in ("checkpoint_dir", "host_path") and not value.startswith("/"):
-        raise FieldError(path, "an absolute path", value, "start the path with /")
-    if key == "host_path":
-        return check_host_path(value)
-    if key in ("pvc", "storage_class") and (len(value) > 253 or not K8S_SUBDOMAIN.fullmatch(value)):
-        raise FieldError(path, "a Kubernetes name (lower-case letters, digits, '-' and '.')", value,
-                         f"e.g. {key}: {'my-claim' if key == 'pvc' else 'local-path'}")
-    return value
-
-
 def check_host_path(value: str) -> str:
     """A node directory for checkpoints: absolute, normalised, and not a system directory."""
     path = "recovery.host_path"
@@ -131,3 +148,26 @@ def check_host_path(value: str) -> str:
         raise FieldError(path, "a directory of its own, not a system directory", value,
                          "use a dedicated directory such as /srv/geotrain")
     return value
+
+
+_SECONDS = "seconds, more than 0 and at most 86400"
+_EXPECTED = {"max_recoveries": "a whole number ≥ 0", "elastic": "true or false", "standby": "true or false",
+             "join_timeout_s": _SECONDS, "heartbeat_timeout_s": _SECONDS, "op_timeout_s": _SECONDS,
+             "checkpoint_dir": "an absolute path", "host_path": "an absolute path",
+             "pvc": "a Kubernetes name (lower-case letters, digits, '-' and '.')",
+             "storage_class": "a Kubernetes name (lower-case letters, digits, '-' and '.')",
+             "hf_repo": "a non-empty string"}
+
+
+def _hints() -> dict[str, str]:
+    """What to write instead, per key (the defaults are the examples)."""
+    defaults = RecoverySettings()
+    hints = {"max_recoveries": "e.g. max_recoveries: 3", "checkpoint_dir": "start the path with /",
+             "host_path": "start the path with /", "pvc": "e.g. pvc: my-claim",
+             "storage_class": "e.g. storage_class: local-path",
+             "hf_repo": "give hf_repo a name or remove it"}
+    for key in ("elastic", "standby"):
+        hints[key] = f"write {key}: true or {key}: false"
+    for key in ("join_timeout_s", "heartbeat_timeout_s", "op_timeout_s"):
+        hints[key] = f"e.g. {key}: {getattr(defaults, key):g}"
+    return hints

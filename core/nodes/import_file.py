@@ -11,16 +11,51 @@ import csv
 import io
 from pathlib import Path
 
+from typing import Any, Optional
+
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from core.errors import InvalidInput
+from core.schema.field_errors import ranked
 from core.schema.user_files import read_user_file
 from core.nodes.pool import ImportRequest
 from core.nodes.ssh import parse_endpoint
 
-FIELDS = ("name", "endpoint", "username", "ssh_key_path", "datacenter", "jump", "trust_host_key")
-REQUIRED = ("name", "endpoint", "username")
-_HINT = f"each server needs {', '.join(REQUIRED)}; optional: {', '.join(FIELDS[3:])}"
+
+
+class ImportRow(BaseModel):
+    """One server of an import file (a YAML mapping or a CSV row); values are text."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    name: str
+    """Name of the server in the pool."""
+    endpoint: str
+    """HOST[:PORT] (IPv6 in brackets), as you would reach it over SSH."""
+    username: str
+    """SSH user (root, or one with passwordless sudo)."""
+    ssh_key_path: Optional[str] = None
+    """Private key to log in with; null: your SSH agent and default keys."""
+    datacenter: Optional[str] = None
+    """Datacenter label; servers in one datacenter are planned together."""
+    jump: Optional[str] = None
+    """Jump host USER@HOST[:PORT] to reach the server through."""
+    trust_host_key: Optional[str] = None
+    """SHA256 fingerprint of the host key to trust without asking."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_text(cls, row: Any) -> Any:
+        """Every value is read as stripped text; an empty one counts as absent."""
+        if not isinstance(row, dict):
+            return row
+        return {k: str(v).strip() for k, v in row.items() if v is not None and str(v).strip()}
+
+
+FIELDS = tuple(ImportRow.model_fields)
+REQUIRED = tuple(name for name, info in ImportRow.model_fields.items() if info.is_required())
+_HINT = f"each server needs {', '.join(REQUIRED)}; optional: {', '.join(FIELDS[len(REQUIRED):])}"
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -38,21 +73,20 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _map
 
 def request_from_fields(row: dict, where: str) -> ImportRequest:
     """One server's fields (strings) -> ImportRequest; errors start with `where`."""
-    unknown = sorted(k for k in row if k not in FIELDS)
-    if unknown:
-        raise InvalidInput(f"{where}: unknown field {unknown[0]!r}", _HINT)
-    for key in REQUIRED:
-        if not str(row.get(key) or "").strip():
-            raise InvalidInput(f"{where}: missing {key}", _HINT)
-    values = {k: (str(v).strip() if v is not None and str(v).strip() else None) for k, v in row.items()}
     try:
-        user, host, port = parse_endpoint(values["endpoint"], values["username"])
+        fields = ImportRow.model_validate(row)
+    except ValidationError as exc:
+        error = ranked(exc)[0]
+        key = error["loc"][0]
+        problem = f"unknown field {key!r}" if error["type"] == "extra_forbidden" else f"missing {key}"
+        raise InvalidInput(f"{where}: {problem}", _HINT) from None
+    try:
+        user, host, port = parse_endpoint(fields.endpoint, fields.username)
     except InvalidInput as exc:
         raise InvalidInput(f"{where}: {exc.message}", exc.hint) from None
-    return ImportRequest(name=values["name"], host=host, port=port, username=user or values["username"],
-                         key_path=values.get("ssh_key_path"), jump=values.get("jump"),
-                         datacenter=values.get("datacenter"),
-                         trust_host_key=values.get("trust_host_key"), source=where)
+    return ImportRequest(name=fields.name, host=host, port=port, username=user or fields.username,
+                         key_path=fields.ssh_key_path, jump=fields.jump, datacenter=fields.datacenter,
+                         trust_host_key=fields.trust_host_key, source=where)
 
 
 def _from_yaml(text: str, source: str) -> list[ImportRequest]:

@@ -9,7 +9,7 @@ from recipes.algorithms.demo import DemoExchange, sign_outer_step
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import FullPrecisionExchange, QuantizedExchange
 from recipes.config import Compression
-from recipes.config_schema import TrainConfig
+from recipes.schema import TrainConfig
 from recipes.distributed import Wire
 
 

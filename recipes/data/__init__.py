@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recipes.catalog import MODEL_SIZES
-from recipes.config_schema import TrainConfig
+from recipes.schema import TrainConfig
 
 
 def build_data(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy
 import torch
 
-from recipes.config_schema import TrainConfig
+from recipes.schema import TrainConfig
 
 BYTES_EOS = 255  # never a byte of UTF-8 text, so a clean document separator
 

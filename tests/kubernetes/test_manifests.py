@@ -71,12 +71,13 @@ def test_heterogeneous_job_has_one_task_per_node_group_and_gloo():
 
 def test_config_map_holds_a_config_the_recipe_accepts():
     from core.domain import recipe_catalog
+    from core.schema.training_config import config_errors
 
     spec = make_spec(workers=7, config=recipe_catalog.default_config("gpt-neo", "tiny"))
     config_map = render_manifests("ws-mix", spec, CLUSTER, HETEROGENEOUS, "default", {})[0]
     config = yaml.safe_load(config_map["data"]["config.yaml"])
     assert config["dist"]["backend"] == "gloo" and config["out_dir"] == "/workspace/out"
-    assert recipe_catalog.config_errors(config) == []
+    assert config_errors(config) == []
 
 
 def test_nvidia_only_job_uses_nccl_and_plain_master_worker_tasks():

@@ -48,10 +48,29 @@ def test_overrides_apply_and_resolve_the_preset():
 def test_bad_override_is_reported_not_ignored():
     with pytest.raises(ConfigError) as exc:
         parse_config({"model": "gpt-neo", "size": "tiny"}, ["optim.nope=1", "steps=0"])
-    assert {e["path"] for e in exc.value.errors} == {"optim.nope"}
+    # bounds are part of the schema now, so both problems are reported at once
+    assert {e["path"] for e in exc.value.errors} == {"optim.nope", "steps"}
     with pytest.raises(ConfigError) as exc:
         parse_config({"model": "gpt-neo", "size": "tiny"}, ["steps=0"])
     assert [e["path"] for e in exc.value.errors] == ["steps"]
+
+
+def test_float_from_yaml_exponent_without_dot_and_no_bool_for_numbers():
+    # PyYAML (YAML 1.1) reads `3e-4` as a string; the old checker accepted it, so does the schema
+    cfg = parse_config({"model": "gpt-neo", "size": "tiny", "optim": {"lr": "3e-4"}})
+    assert cfg.optim.lr == pytest.approx(3e-4)
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"model": "gpt-neo", "size": "tiny", "steps": True, "optim": {"lr": True}})
+    assert {e["path"]: e["expected"] for e in exc.value.errors} == {"steps": "an integer", "optim.lr": "a float"}
+
+
+def test_size_and_data_source_are_checked_against_the_model():
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"model": "gcn", "size": "125m"})
+    assert [e["path"] for e in exc.value.errors] == ["size"] and "choose one of tiny" in exc.value.errors[0]["message"]
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"model": "gcn", "size": "tiny", "data": {"source": "markov"}})
+    assert [e["path"] for e in exc.value.errors] == ["data.source"]
 
 
 def test_algorithm_and_outer_settings_come_from_the_preset_unless_overridden():

@@ -103,3 +103,26 @@ def test_editing_the_config_with_an_invalid_value_shows_the_error_inline(app):
             request = app.screen.request()
             assert request.config_text == app.screen.config_text and request.steps == 77
     asyncio.run(run())
+
+
+def test_the_editor_shows_the_documentation_of_the_key_at_the_cursor(app):
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _open_form(app, pilot)
+            await pilot.press("ctrl+e")
+            await on_screen(pilot, ConfigEditorScreen, 30)
+            editor = app.screen.query_one(TextArea)
+            hint = app.screen.query_one("#field-hint", Static)
+            lines = editor.text.splitlines()
+            row = next(i for i, line in enumerate(lines) if line.strip().startswith("lr:"))
+            editor.move_cursor((row, 4))
+            await until(pilot, lambda: "optim.lr: Peak learning rate" in str(hint.render()))
+            assert "a float > 0" in str(hint.render()) and "default 0.003" in str(hint.render())
+            row = next(i for i, line in enumerate(lines) if line.strip().startswith("schedule:"))
+            await pilot.press(*["down"] * (row - editor.cursor_location[0]))  # moved by keys, as a person would
+            await until(pilot, lambda: "one of 'cosine', 'constant'" in str(hint.render()))
+            row = next(i for i, line in enumerate(lines) if line.strip().startswith("betas:"))
+            editor.move_cursor((row, 0))
+            # shown literally: as markup, "[0.9, 0.95]" would vanish
+            await until(pilot, lambda: "default [0.9, 0.95]" in str(hint.render()))
+    asyncio.run(run())

@@ -1,6 +1,7 @@
-"""The full detailed config in an editor with YAML highlighting. `ctrl+s` checks it
-with the recipe's own checker: problems are listed inline with their field path and
-line, and the cursor jumps to the first; a valid config is handed back to the form."""
+"""The full detailed config in an editor with YAML highlighting. Beside the cursor, the
+documentation of the key it is on (type, choices, default). `ctrl+s` checks it in-process
+against the typed schema: problems are listed inline with their field path and line,
+and the cursor jumps to the first; a valid config is handed back to the form."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Static, TextArea
 
-from core.domain.config_check import check_config_text
+from core.schema.training_config import check_config_text, field_hint, key_path_at
 from tui.messages import ConfigChecked
 from tui.screens.base import GeotrainScreen
 
@@ -23,6 +24,11 @@ def yaml_editor(text: str) -> TextArea:
         except Exception:  # a language listed but whose grammar cannot load: plain text
             editor.language = None
     return editor
+
+
+def hint_for(text: str, row: int) -> str:
+    """The documentation of the key on `row`, or how to get one when on no key."""
+    return field_hint(key_path_at(text, row)) or "move onto a key to see what it means"
 
 
 class ConfigEditorScreen(GeotrainScreen):
@@ -41,9 +47,15 @@ class ConfigEditorScreen(GeotrainScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield yaml_editor(self.original)
+        yield Static(hint_for(self.original, 0), id="field-hint", classes="hint", markup=False)
         yield Static("ctrl+s checks and saves · esc cancels (changes are dropped)",
                      id="editor-errors", classes="hint", markup=False)
         yield Footer()
+
+    @on(TextArea.SelectionChanged)
+    def _cursor_moved(self, event: TextArea.SelectionChanged) -> None:
+        self.query_one("#field-hint", Static).update(
+            hint_for(event.text_area.text, event.selection.end[0]))
 
     def action_save(self) -> None:
         self.query_one("#editor-errors", Static).update("checking…")
