@@ -10,14 +10,17 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 
+from core.domain import limits
+
+
 from core.domain import recipe_catalog
 from core.backends import backend_for
 from core.backends.base import Backend, LaunchPlan, WorkspaceState
 from core.state.cluster_records import get_cluster
-from core.errors import FieldError, InvalidInput, NotFound
+from core.errors import FieldError, GeotrainError, InvalidInput, NotFound
 from core.schema.training_config import config_errors
+from core.schema.yaml_loader import load_yaml
 from core.schema.user_files import read_user_file
-from core.schema.yaml_text import parse_yaml
 from core.domain.records import Status, Workspace, WorkspaceSpec
 from core.domain.recovery import RecoverySettings
 from core.state.secret_store import TOKEN_ENV, SecretStore
@@ -57,10 +60,7 @@ class WorkspaceService:
             base = self._from_file(req.config_text, req.config_source)
         chosen = {k: getattr(req, k) for k in DEFAULTS if getattr(req, k) is not None}
         fields = {**DEFAULTS, **{k: v for k, v in base.items() if k in DEFAULTS}, **chosen}
-        for name in ("workers", "steps"):
-            if isinstance(fields[name], int) and fields[name] < 1:
-                raise InvalidInput(f"--{name} must be 1 or more, got {fields[name]}",
-                                   f"pass --{name} 1 or more")
+        self._check_counts(fields, req.cluster)
         recipe_catalog.check_choice("model", fields["model"], list(recipe_catalog.models()), "--model")
         recipe_catalog.check_choice("preset", fields["preset"], list(recipe_catalog.presets()),
                                     "--gradient-compression")
@@ -79,9 +79,20 @@ class WorkspaceService:
         self.validate_config(spec)
         return spec
 
+    def _check_counts(self, fields: dict[str, Any], cluster: str) -> None:
+        """Workers and steps within what can run: a local cluster by this machine's size."""
+        if isinstance(fields["steps"], int):
+            limits.check_count("steps", fields["steps"], limits.MAX_STEPS)
+        if isinstance(fields["workers"], int):
+            local = get_cluster(self.store, cluster).kind == "local"
+            highest = limits.local_worker_limit() if local else limits.MAX_WORKERS
+            limits.check_count("workers", fields["workers"], highest,
+                               " (what this machine can run at once: 4 per CPU, 512 MiB each)"
+                               if local else "")
+
     def _from_file(self, text: str, source: str) -> dict[str, Any]:
         """A --config file is either a whole workspace spec or just the detailed config."""
-        data = parse_yaml(text, source)
+        data = load_yaml(text, source)
         if not isinstance(data, dict):
             raise FieldError(source, "a YAML mapping", type(data).__name__)
         if "config" in data and "workers" in data:
@@ -159,7 +170,13 @@ class WorkspaceService:
         return sorted(events, key=lambda e: e["at"])
 
     def _row(self, row) -> Workspace:
-        return Workspace(id=row["id"], spec=WorkspaceSpec(**json.loads(row["spec"])),
+        """A stored row; one that does not decode is named, not a traceback."""
+        try:
+            spec = WorkspaceSpec(**json.loads(row["spec"]))
+        except (ValueError, TypeError, RecursionError):
+            raise GeotrainError(f"workspace {row['id']!r} in the state database {self.store.path} is malformed",
+                                "restore a backup of the database, or delete that row with sqlite3") from None
+        return Workspace(id=row["id"], spec=spec,
                          status=row["status"], created_at=row["created_at"],
                          updated_at=row["updated_at"], run_dir=row["run_dir"],
                          last_loss=row["last_loss"])

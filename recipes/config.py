@@ -20,6 +20,7 @@ import yaml
 
 from recipes.catalog import catalog
 from recipes.schema import ConfigError, TrainConfig, check
+from recipes.schema import yaml_limits
 from recipes.schema.models import PRESETS_PATH
 
 CONFIGS_DIR = Path(__file__).with_name("configs")
@@ -40,9 +41,18 @@ class Compression:
     outer_momentum: float = 0.9
 
 
+def safe_yaml(text: str) -> Any:
+    """YAML within recipes.schema.yaml_limits (size, depth, aliases); refusals as YAMLError."""
+    try:
+        return yaml_limits.load(text)
+    except yaml_limits.YamlRefused as exc:
+        where = f" at line {exc.line}" if exc.line else ""
+        raise yaml.YAMLError(f"{exc.problem}{where}") from None
+
+
 def load_presets(path: Path = PRESETS_PATH) -> dict[str, dict]:
     """The preset table as plain data."""
-    return yaml.safe_load(path.read_text())
+    return safe_yaml(path.read_text())
 
 
 def parse_config(data: Any, overrides: list[str] = ()) -> TrainConfig:
@@ -55,7 +65,13 @@ def parse_config(data: Any, overrides: list[str] = ()) -> TrainConfig:
                            "message": f"override {item!r} is not of the form key=value"})
             continue
         key, raw = item.split("=", 1)
-        _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw else "")
+        try:
+            value = safe_yaml(raw) if raw else ""
+        except yaml.YAMLError as exc:
+            errors.append({"path": key.strip(), "expected": "a YAML value", "found": repr(raw[:40]),
+                           "message": f"override {key.strip()!r}: {exc}"})
+            continue
+        _set_dotted(data, key.strip(), value)
     cfg, problems = check(data)
     if errors or problems:
         raise ConfigError(errors + problems)
@@ -73,9 +89,9 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
-    """Read a YAML config file; raises ConfigError with every problem found."""
+    """Read a YAML config file ("-": standard input); raises ConfigError with every problem found."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = safe_yaml(sys.stdin.read() if str(path) == "-" else Path(path).read_text())
     except yaml.YAMLError as exc:
         raise ConfigError([{"path": "(file)", "expected": "valid YAML", "found": str(path),
                             "message": f"not valid YAML: {exc}"}]) from exc
@@ -111,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipes.config", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="validate a config file")
-    check.add_argument("file")
+    check.add_argument("file", help="the config file, or - to read it from standard input")
     check.add_argument("overrides", nargs="*", help="key=value overrides")
     check.add_argument("--json", action="store_true")
     cat = sub.add_parser("catalog", help="models, sizes and presets")

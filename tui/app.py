@@ -109,6 +109,19 @@ class GeotrainApp(App):
             keys.append((key_label(key), binding.description))
         self.push_screen(HelpScreen(str(self.screen.title or self.title), keys))
 
+    def _fatal_error(self) -> None:
+        """Textual's crash report, without local variables: a frame's locals can hold a
+        token being deployed, and the report is printed to the terminal (and pasted into issues).
+        (Overrides textual.app.App._fatal_error, which passes show_locals=True.)"""
+        import rich
+        from rich.segment import Segments
+        from rich.traceback import Traceback
+
+        self.bell()
+        traceback = Traceback(show_locals=False, width=None, suppress=[rich])
+        self._exit_renderables.append(Segments(self.console.render(traceback, self.console.options)))
+        self._close_messages_no_wait()
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place a failed worker becomes a message to the user."""
         if event.state != WorkerState.ERROR or event.worker.error is None:

@@ -6,6 +6,7 @@ import asyncio
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.markup import escape
 
 
 class JumpCommands(Provider):
@@ -39,4 +40,4 @@ class JumpCommands(Provider):
         for name, action, help_text in self._commands(await self._workspace_ids()):
             score = matcher.match(name)
             if score > 0:
-                yield Hit(score, matcher.highlight(name), action, help=help_text)
+                yield Hit(score, matcher.highlight(escape(name)), action, help=help_text)  # ids are data

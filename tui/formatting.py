@@ -21,5 +21,16 @@ def loss(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
 
 
+def literal(value: object) -> Text:
+    """A value the app did not write (names, hosts, facts, log lines) as plain text: its
+    brackets are shown, never parsed as Rich markup (`[/]` would crash, `[@click=…]` act)."""
+    return value if isinstance(value, Text) else Text(str(value))
+
+
+def cells(row: tuple) -> tuple[Text, ...]:
+    """A table row whose every cell is shown literally (DataTable parses str cells as markup)."""
+    return tuple(literal(value) for value in row)
+
+
 def status(value: str) -> Text:
     return Text(value, style=STATUS_STYLE.get(value, ""))

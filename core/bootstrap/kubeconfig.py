@@ -20,6 +20,7 @@ from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
 from core.errors import InvalidInput
+from core.schema.yaml_loader import load_yaml
 
 
 def cluster_kubeconfig_path(cluster: str) -> Path:
@@ -30,7 +31,7 @@ def rewrite(text: str, cluster: str, server_url: str, node: str = "the server") 
     """A fresh kubeconfig for `cluster` at `server_url`, with only the node's CA and its
     certificate or token credentials (an `exec` plugin or auth-provider is refused)."""
     try:
-        data = yaml.safe_load(text) or {}
+        data = load_yaml(text, f"the kubeconfig on {node}") or {}
         clusters = entries(data, "clusters", f"the kubeconfig on {node}")
         users = entries(data, "users", f"the kubeconfig on {node}")
         if not clusters or not users:

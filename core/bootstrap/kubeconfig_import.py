@@ -20,6 +20,7 @@ from core.bootstrap.kubeconfig_checks import SECTIONS, entries
 from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput, NotFound
 from core.state.store import Store
+from core.schema.yaml_loader import load_yaml
 
 def default_path() -> Path:
     return Path("~/.kube/config").expanduser()
@@ -27,7 +28,7 @@ def default_path() -> Path:
 
 def _load(path: Path, what: str) -> dict:
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8")) or {}
+        data = load_yaml(path.read_bytes().decode("utf-8"), f"{what} {path}") or {}
     except UnicodeDecodeError:
         raise InvalidInput(f"{what} {path} is not UTF-8 text", "fix or move the file") from None
     except yaml.YAMLError as exc:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
+
+from core.domain import limits
 
 from core.planner import wan_what_if as planner
 from core.cli.output import dump_json, table
@@ -15,9 +18,12 @@ MATRIX_HELP = ("YAML/JSON network matrix for what-if questions: `links:` then en
 
 def _fraction(text: str) -> float:
     try:
-        return float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction like 0.95 or 95%, not {text!r}") from None
+        value = math.nan
+    if not 0 < value <= 1:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected a fraction above 0 up to 1 like 0.95 or 95%, not {text[:40]!r}")
+    return value
 
 
 def register(groups) -> None:
@@ -29,11 +35,11 @@ def register(groups) -> None:
     p.add_argument("name", nargs="?", default="local", help="cluster (default: local); ignored with --matrix")
     p.add_argument("--model", required=True, help="model name, e.g. gpt-neo")
     p.add_argument("--size", help="model size (default: the smallest real one)")
-    p.add_argument("--step-time", type=float, metavar="S",
+    p.add_argument("--step-time", type=limits.float_between(0, 86400, " s"), metavar="S",
                    help=f"measured compute seconds per step per worker (default {DEFAULT_STEP_S} s, assumed)")
     p.add_argument("--matrix", metavar="FILE", help=MATRIX_HELP)
-    p.add_argument("--params", type=int, metavar="N", help="parameter count instead of the model's own")
-    p.add_argument("--workers", type=int, metavar="N", help="workers in the ring (default: nodes in the matrix; "
+    p.add_argument("--params", type=limits.int_between(1, 10**13), metavar="N", help="parameter count instead of the model's own")
+    p.add_argument("--workers", type=limits.int_between(1, limits.MAX_WORKERS), metavar="N", help="workers in the ring (default: nodes in the matrix; "
                                                               "2 on local)")
     p.add_argument("--target", type=_fraction, default=planner.DEFAULT_TARGET,
                    help=f"utilization to reach (default {planner.DEFAULT_TARGET * 100:.0f}%%)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from core.domain import limits
 from core.cli import prompts
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
@@ -16,12 +17,7 @@ from core.nodes.ssh import parse_endpoint
 from core.nodes.ssh_config import ssh_config_host
 
 
-def _seconds(text: str) -> float:
-    """A positive number of seconds (argparse reports the ValueError as one line)."""
-    value = float(text)
-    if not value > 0:
-        raise ValueError(text)
-    return value
+_seconds = limits.float_between(0, limits.MAX_TIMEOUT_S, " seconds")  # inf/nan refused: OverflowError later
 
 
 def register(groups) -> None:

@@ -10,9 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from core.errors import InvalidInput
+from core.schema.yaml_loader import load_yaml
 
 
 def package_root() -> Path:
@@ -42,13 +41,15 @@ def models() -> dict[str, list[str]]:
 @functools.lru_cache(maxsize=1)
 def param_counts() -> dict[str, dict[str, int]]:
     """Model -> size -> trainable parameters, from recipes/params.yaml (counted once by a tool)."""
-    return yaml.safe_load((recipes_dir() / "params.yaml").read_text()) or {}
+    path = recipes_dir() / "params.yaml"
+    return load_yaml(path.read_text(), str(path)) or {}
 
 
 @functools.lru_cache(maxsize=1)
 def presets() -> dict[str, dict[str, Any]]:
     """Preset name -> its settings (algorithm, inner_steps, bits, description)."""
-    data = yaml.safe_load((recipes_dir() / "presets.yaml").read_text()) or {}
+    path = recipes_dir() / "presets.yaml"
+    data = load_yaml(path.read_text(), str(path)) or {}
     return data.get("presets", data)
 
 
@@ -61,7 +62,8 @@ def check_choice(kind: str, value: str, known: list[str], flag: str) -> None:
 def default_config(model: str, size: str) -> dict[str, Any]:
     check_choice("model", model, list(models()), "--model")
     check_choice(f"size for {model}", size, models()[model], "--size")
-    return yaml.safe_load((configs_dir() / model / f"{size}.yaml").read_text())
+    path = configs_dir() / model / f"{size}.yaml"
+    return load_yaml(path.read_text(), str(path))
 
 
 def recipe_env() -> dict[str, str]:
@@ -83,6 +85,6 @@ def set_path(config: dict[str, Any], dotted: str, raw: str) -> None:
             raise InvalidInput(f"--set: no config key {dotted!r}",
                                f"keys under {where}: {keys}")
         if depth == len(parts) - 1:
-            node[part] = yaml.safe_load(raw) if raw != "" else ""
+            node[part] = load_yaml(raw, f"--set {dotted}") if raw != "" else ""
         else:
             node = node[part]

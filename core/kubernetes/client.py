@@ -17,7 +17,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from core.errors import BackendError, InvalidInput
+from core.schema.user_files import read_user_file
 from core.domain.records import Cluster
+from core.schema.yaml_loader import load_yaml
 
 REQUEST_TIMEOUT = (5, 30)  # seconds: connect, read
 VOLCANO_GROUP, VOLCANO_VERSION = "batch.volcano.sh", "v1alpha1"
@@ -44,6 +46,8 @@ def load_api_client(cluster: Cluster) -> client.ApiClient:
         raise InvalidInput(f"kubeconfig {path} of cluster {cluster.name!r} does not exist",
                            "restore the file or register the cluster again")
     configuration = client.Configuration()
+    load_yaml(read_user_file(path, "kubeconfig", "restore the file or register the cluster again"),
+              f"kubeconfig {path}")  # the library's own parse has no limits
     try:
         config.load_kube_config(config_file=path, context=cluster.config.get("context"),
                                 client_configuration=configuration, persist_config=False)

@@ -19,9 +19,11 @@ from core.kubernetes.client import (REQUEST_TIMEOUT, SCHEDULING_GROUP, SCHEDULIN
 from core.kubernetes.manifests import DEFAULT_QUEUE, render_volcano_job
 from core.domain.records import NAME_RE, Cluster, WorkspaceSpec
 from core.kubernetes.pod_security import ENFORCE_LABEL, LEVELS, POD_SECURITY_KEY, pod_specs, violations
+from core.schema.user_files import read_user_file
 from core.kubernetes.node_groups import NodeGroup, groups_from_kubernetes
 from core.kubernetes.pod_logs import read_json
 from core.state.store import Store
+from core.schema.yaml_loader import load_yaml
 
 
 @dataclass
@@ -35,6 +37,8 @@ class Registration:
 
 def _context(kubeconfig: Path, wanted: str | None) -> tuple[str, str]:
     """The context to use and its namespace; refuses a context the file lacks."""
+    hint = "pass the kubeconfig file that kubectl uses for this cluster"
+    load_yaml(read_user_file(kubeconfig, "--kubeconfig", hint), f"--kubeconfig {kubeconfig}")  # bounded first
     try:
         contexts, current = config.list_kube_config_contexts(config_file=str(kubeconfig))
     except (config.ConfigException, yaml.YAMLError, OSError, UnicodeDecodeError, TypeError, KeyError,

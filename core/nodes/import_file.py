@@ -16,6 +16,8 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from core.schema.yaml_loader import load_yaml
+
 from core.errors import InvalidInput
 from core.schema.field_errors import ranked
 from core.schema.user_files import read_user_file
@@ -90,13 +92,7 @@ def request_from_fields(row: dict, where: str) -> ImportRequest:
 
 
 def _from_yaml(text: str, source: str) -> list[ImportRequest]:
-    try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source} line {mark.line + 1}" if mark else source
-        raise InvalidInput(f"{where}: malformed YAML: {getattr(exc, 'problem', None) or exc}",
-                           "fix the YAML syntax and try again") from None
+    data = load_yaml(text, source, loader=_LineLoader)
     if isinstance(data, dict) and "nodes" in data:
         data = data["nodes"]
     if not isinstance(data, list):

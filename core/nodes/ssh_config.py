@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import paramiko
@@ -16,8 +17,12 @@ def ssh_config_host(alias: str, config_path: str | None = None) -> dict:
     if not path.is_file():
         raise InvalidInput(f"SSH config {path} does not exist", "give --ssh-config PATH")
     try:
-        config = paramiko.SSHConfig.from_path(str(path))
-    except (OSError, UnicodeDecodeError, paramiko.ConfigParseError) as exc:
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"(?im)^\s*match\b.*\bexec\b", text):  # paramiko runs it when invoke is installed
+            raise InvalidInput(f"SSH config {path} has a `Match exec` line; geotrain runs no commands from it",
+                               "give --ssh-config a file without `Match exec`")
+        config = paramiko.SSHConfig.from_text(text)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, paramiko.ConfigParseError) as exc:
         raise InvalidInput(f"cannot read SSH config {path}: {str(exc).splitlines()[0][:200]}",
                            "give --ssh-config PATH") from None
     if alias not in config.get_hostnames():

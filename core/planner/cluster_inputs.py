@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 
 from core.planner import wan_what_if as planner
@@ -22,6 +21,7 @@ from core.state.cluster_records import get_cluster, network_matrix
 from core.errors import InvalidInput, NotFound
 from core.schema.user_files import read_user_file
 from core.state.store import LOCAL_CLUSTER, Store
+from core.schema.yaml_loader import load_yaml
 
 # Loopback between local torchrun workers: measured ~300-900 MB/s for gloo here.
 LOOPBACK_MBIT = 4000.0
@@ -41,8 +41,8 @@ def links_from_store(store: Store, cluster: str) -> list[planner.Link]:
 
 
 def _number(value: Any, where: str, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise InvalidInput(f"{where}: {name} must be a non-negative number, not {value!r}",
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e12:
+        raise InvalidInput(f"{where}: {name} must be a non-negative number below 1e12, not {str(value)[:40]}",
                            "fix the matrix file (see `geotrain clusters plan --help`)")
     return float(value)
 
@@ -52,10 +52,11 @@ def links_from_file(path: str | Path) -> list[planner.Link]:
     path = Path(path)
     text = read_user_file(path, "matrix file", "check the path of the --matrix file")
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text, path.name)
+    except (ValueError, RecursionError, InvalidInput) as exc:
+        said = exc.message if isinstance(exc, InvalidInput) else str(exc).splitlines()[0]
         raise InvalidInput(f"matrix file {path.name} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}",
-                           str(exc).splitlines()[0]) from exc
+                           said) from None
     rows = data.get("links") if isinstance(data, dict) else data
     if not isinstance(rows, list) or not rows:
         raise InvalidInput(f"matrix file {path.name} has no links",

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from core.errors import FieldError
-from core.schema.yaml_text import MalformedYaml, key_lines, parse_yaml
+from core.schema.yaml_loader import MalformedYaml, key_lines, load_yaml
 from recipes import schema as recipe_schema
 
 
@@ -69,7 +69,7 @@ def _problem(issue: dict, text: str) -> ConfigProblem:
 def check_config_text(text: str) -> list[ConfigProblem]:
     """Parse and check a detailed config typed in the editor; an empty list means valid."""
     try:
-        data = parse_yaml(text, "the config")
+        data = load_yaml(text, "the config")
     except MalformedYaml as exc:
         return [ConfigProblem("config", f"malformed YAML: {exc.problem} — fix the syntax", exc.line)]
     if not isinstance(data, dict):

@@ -29,12 +29,15 @@ class SecretStore:
 
     def _load(self) -> dict[str, str]:
         try:
-            return json.loads(self.path.read_text())
+            data = json.loads(self.path.read_text())
         except FileNotFoundError:
             return {}
-        except (ValueError, UnicodeDecodeError):
-            raise GeotrainError(f"the secret store {self.path} is corrupt",
-                                "move it away and pass your tokens again") from None
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            data = None
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise GeotrainError(f"the secret store {self.path} is corrupt (not a mapping of names to tokens)",
+                                "move it away and pass your tokens again")
+        return data
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

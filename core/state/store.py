@@ -132,6 +132,11 @@ class Store:
     def _migrate(self) -> None:
         with self.write() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise GeotrainError(
+                    f"the state database {self.path} has schema version {version}, newer than this "
+                    f"geotrain knows ({len(MIGRATIONS)})",
+                    "use the newer geotrain that wrote it, or move the database away to start afresh")
             for index in range(version, len(MIGRATIONS)):
                 for statement in MIGRATIONS[index].split(";"):
                     if statement.strip():
@@ -165,4 +170,9 @@ class Store:
 
 
 def loads(text: str | None, default: Any) -> Any:
-    return json.loads(text) if text else default
+    """A JSON column; a malformed one (edited by hand, disk damage) is a one-line error."""
+    try:
+        return json.loads(text) if text else default
+    except (ValueError, RecursionError):
+        raise GeotrainError("a record in the state database holds malformed JSON",
+                            "restore a backup of the database, or move it away to start afresh") from None

@@ -7,16 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from recipes.catalog import MODEL_DATA, MODEL_SIZES
+from recipes.schema import yaml_limits
 
 PRESETS_PATH = Path(__file__).resolve().parents[1] / "presets.yaml"
 
 
 def _preset_names() -> tuple[str, ...]:
-    data = yaml.safe_load(PRESETS_PATH.read_text()) or {}
+    data = yaml_limits.load(PRESETS_PATH.read_text()) or {}
     return tuple(data.get("presets", data))
 
 

@@ -59,7 +59,7 @@ def test_malformed_yaml_config_names_the_line(geotrain_home, tmp_path, capsys):
     before = _state(geotrain_home)
     assert main(_deploy("--config", str(bad))) == 2
     err = capsys.readouterr().err.strip()
-    assert "malformed YAML at line" in err and "fix the YAML" in err
+    assert "bad.yaml line 3" in err and "malformed YAML" in err and "fix the YAML" in err
     assert _state(geotrain_home) == before
 
 

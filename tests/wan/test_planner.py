@@ -152,7 +152,7 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
     for argv, message in [(["clusters", "plan", "mars", "--model", "gpt-neo"], "no cluster named 'mars'"),
                           (["clusters", "plan", "--model", "bert"], "unknown model 'bert'"),
                           (["clusters", "plan", "--model", "gpt-neo", "--size", "9b"], "unknown size"),
-                          (["clusters", "plan", "--model", "gpt-neo", "--step-time", "-1"], "step time"),
+                          (["clusters", "plan", "--model", "gpt-neo", "--step-time", "-1"], "--step-time"),
                           (["clusters", "plan", "--model", "gpt-neo", "--target", "lots"], "--target")]:
         try:
             code = main(argv)

@@ -18,7 +18,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="confirm"):
-            yield Static(self.title_text, classes="dialog-title")
+            yield Static(self.title_text, classes="dialog-title", markup=False)
             yield Static(self.body, classes="dialog-body", markup=False)
             yield Static(f"[b]{self.yes_label}[/]    any other key  cancel", classes="dialog-keys")
 

@@ -29,7 +29,7 @@ class ErrorScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="error"):
-            yield Static(self.title_text, classes="dialog-title")
+            yield Static(self.title_text, classes="dialog-title", markup=False)
             yield Static(self.message, classes="dialog-body", markup=False)
             yield Static(f"What to do: {self.hint}", classes="dialog-hint", markup=False)
             yield Static("[b]esc[/]  close", classes="dialog-keys")

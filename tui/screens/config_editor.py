@@ -36,7 +36,7 @@ class ConfigEditorScreen(GeotrainScreen):
     AUTO_FOCUS = "#editor"
     BINDINGS = [
         Binding("ctrl+s", "save", "Check & save", priority=True),
-        Binding("escape", "cancel", "Cancel"),
+        Binding("escape", "cancel", "Cancel", priority=True),  # before the TextArea, which keeps escape
     ]
 
     def __init__(self, text: str) -> None:

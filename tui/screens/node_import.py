@@ -78,7 +78,7 @@ class NodeImportScreen(GeotrainScreen):
 
     @on(NodesImported)
     def _imported(self, message: NodesImported) -> None:
-        self.notify(f"Imported {', '.join(n.name for n in message.nodes)}")
+        self.notify(f"Imported {', '.join(n.name for n in message.nodes)}", markup=False)
         self.dismiss(message.nodes)
 
     @on(Button.Pressed, "#cancel")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -41,11 +42,11 @@ def node_row(node: Node) -> tuple:
             short_blockers(node.blockers))
 
 
-def node_details(node: Node) -> str:
+def node_details(node: Node) -> Text:
     f = node.facts
     system, cpu, containerd = f.get("system", {}), f.get("cpu", {}), f.get("containerd", {})
     wireguard, k3s = f.get("wireguard", {}), f.get("k3s", {})
-    lines = [f"[b]{node.name}[/]  {node.username}@{node.host}:{node.port}",
+    lines = [f"{node.username}@{node.host}:{node.port}",
              f"jump        {node.jump or '—'}", f"key         {node.key_path or 'SSH agent'}",
              f"cluster     {node.cluster or '—'}",
              f"os          {system.get('os_name', '?')} {system.get('arch', '')}",
@@ -56,8 +57,10 @@ def node_details(node: Node) -> str:
              f"wireguard   {'kernel' if wireguard.get('kernel_module') else 'wireguard-go' if wireguard.get('wireguard_go') else 'missing'}",
              f"k3s         {k3s.get('version') or 'not installed'}",
              f"public ip   {f.get('public_ip') or '—'}"]
-    lines += [f"[b red]✗[/] {reason}" for reason in node.blockers]
-    return "\n".join(lines)
+    text = Text.assemble((node.name, "bold"), "  ", "\n".join(lines))  # facts come from the server: literal
+    for reason in node.blockers:
+        text.append("\n").append("✗", style="bold red").append(f" {reason}")
+    return text
 
 
 class NodesScreen(TableScreen):
@@ -98,7 +101,7 @@ class NodesScreen(TableScreen):
         table.clear()
         for node in self.nodes.values():
             if self.matches(row := node_row(node)):
-                table.add_row(*row, key=node.name)
+                table.add_row(*formatting.cells(row), key=node.name)
         if selected in table.rows:
             table.move_cursor(row=table.get_row_index(selected))
         self._details()
@@ -119,7 +122,7 @@ class NodesScreen(TableScreen):
 
     def action_refresh_node(self) -> None:
         if (name := self.selected_key()) is not None:
-            self.notify(f"Gathering facts of {name}…")
+            self.notify(f"Gathering facts of {name}…", markup=False)
             self._refresh([name])
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="refresh", name="Refreshing facts")

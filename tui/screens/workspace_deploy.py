@@ -17,6 +17,7 @@ from core.domain.records import TEMPLATES
 from core.planner.cluster_inputs import plan_for_cluster
 from core.workspaces import DEFAULTS, DeployRequest, check_token
 from tui.widgets.form_field import FormField
+from core.schema.yaml_loader import load_yaml
 from tui.messages import DeployChoices, DetailedConfig, FormProblem, PlanAdvice, WorkspaceDeployed
 from tui.screens.base import GeotrainScreen
 
@@ -185,7 +186,7 @@ class DeployScreen(GeotrainScreen):
 
     @on(WorkspaceDeployed)
     def _deployed(self, message: WorkspaceDeployed) -> None:
-        self.notify(f"Deployed {message.workspace.id}")
+        self.notify(f"Deployed {message.workspace.id}", markup=False)
         self.app.open_workspace(message.workspace.id, replace=True)
 
     @on(Button.Pressed, "#edit")
@@ -215,7 +216,7 @@ class DeployScreen(GeotrainScreen):
         if text is None:
             return
         self.config_text = text
-        config = yaml.safe_load(text)
+        config = load_yaml(text, "the detailed config")
         if isinstance(config.get("size"), str):
             self.preferred_size = config["size"]
             self._sizes(config.get("model") or self._value("#model") or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,6 +18,19 @@ from tui.messages import WorkspaceDeleted, WorkspaceStatus
 from tui.widgets.log_view import LogView
 from tui.widgets.loss_chart import LossChart, human_bytes
 
+
+
+def status_text(ws, state) -> Text:
+    """The status block; every value in it (reasons, worker details: from logs) is literal."""
+    text = Text.assemble((ws.id, "bold"), "  on ", (ws.cluster, "bold"), "\n",
+                         f"{ws.spec.model} {ws.spec.size} · preset {ws.spec.preset} · "
+                         f"{ws.spec.workers} workers · {ws.spec.steps} steps\nstatus  ",
+                         formatting.status(state.status))
+    if state.reason:
+        text.append(f"  ({state.reason})")
+    for w in state.workers:
+        text.append(f"\n  {w.name:<12} ").append_text(formatting.status(w.status)).append(f" {w.detail}")
+    return text
 
 class WorkspaceDetailScreen(GeotrainScreen):
     TITLE = "Workspace"
@@ -66,14 +80,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
     @on(WorkspaceStatus)
     def _show_status(self, message: WorkspaceStatus) -> None:
         ws, state = message.workspace, message.state
-        lines = [f"[b]{ws.id}[/]  on [b]{ws.cluster}[/]",
-                 f"{ws.spec.model} {ws.spec.size} · preset {ws.spec.preset} · "
-                 f"{ws.spec.workers} workers · {ws.spec.steps} steps",
-                 f"status  {formatting.status(state.status).markup}"
-                 + (f"  ({state.reason})" if state.reason else "")]
-        lines += [f"  {w.name:<12} {formatting.status(w.status).markup} {w.detail}"
-                  for w in state.workers]
-        self.query_one("#status", Static).update("\n".join(lines))
+        self.query_one("#status", Static).update(status_text(ws, state))
         rows = message.metrics
         self.query_one("#loss", LossChart).set_points(
             [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r])
@@ -126,7 +133,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         view = self.query_one(LogView)
         if self.input_mode == "search":
             if not view.search(event.value):
-                self.notify(f"{event.value!r} not found", severity="warning")
+                self.notify(f"{event.value!r} not found", severity="warning", markup=False)
         view.focus()
 
     def action_next_match(self) -> None:
@@ -148,5 +155,5 @@ class WorkspaceDetailScreen(GeotrainScreen):
 
     @on(WorkspaceDeleted)
     def _deleted(self, message: WorkspaceDeleted) -> None:
-        self.notify(f"Deleted {message.workspace_id}")
+        self.notify(f"Deleted {message.workspace_id}", markup=False)
         self.app.pop_screen()

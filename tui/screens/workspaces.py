@@ -74,7 +74,7 @@ class WorkspacesScreen(TableScreen):
             selected = self.selected_key()
             table.clear()
             for ws_id, row in wanted.items():
-                table.add_row(*row, key=ws_id)
+                table.add_row(*formatting.cells(row), key=ws_id)
             if selected in wanted:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
         else:
@@ -82,11 +82,11 @@ class WorkspacesScreen(TableScreen):
                 table.remove_row(key)
             for ws_id, row in wanted.items():
                 if ws_id not in table.rows:
-                    table.add_row(*row, key=ws_id)
+                    table.add_row(*formatting.cells(row), key=ws_id)
                     continue
                 for column, value in zip(COLUMNS, row):
                     if str(table.get_cell(ws_id, column)) != str(value):
-                        table.update_cell(ws_id, column, value)
+                        table.update_cell(ws_id, column, formatting.literal(value))
         empty = self.query_one("#empty", Static)
         empty.update("" if wanted else
                      "No workspaces yet. Press [b]n[/] to deploy the default (tiny gpt-neo, 2 workers,"
@@ -113,7 +113,7 @@ class WorkspacesScreen(TableScreen):
 
     @on(WorkspaceDeployed)
     def _deployed(self, message: WorkspaceDeployed) -> None:
-        self.notify(f"Deployed {message.workspace.id}")
+        self.notify(f"Deployed {message.workspace.id}", markup=False)
         self.action_reload()
         self.app.open_workspace(message.workspace.id)
 
@@ -123,6 +123,6 @@ class WorkspacesScreen(TableScreen):
 
     @on(WorkspaceDeleted)
     def _deleted(self, message: WorkspaceDeleted) -> None:
-        self.notify(f"Deleted {message.workspace_id}")
+        self.notify(f"Deleted {message.workspace_id}", markup=False)
         self.action_reload()
 

@@ -30,7 +30,7 @@ class NetMatrix(DataTable):
         found = {(src, dst): (lat, bw) for src, dst, lat, bw in rows}
         self.add_column("from \\ to", key="src")
         for node in nodes:
-            self.add_column(node, key=node)
+            self.add_column(Text(node), key=node)
         for src in nodes:
             self.add_row(Text(src, style="bold"),
                          *[Text("·", style="dim") if src == dst else cell(*found.get((src, dst), (None, None)))

@@ -34,7 +34,7 @@ class ProgressTable(DataTable):
             self.add_column(step, key=step, width=_BAR + 2)
         self.add_column("latest", key="latest")
         for node in self.nodes:
-            self.add_row(node, *[Text("·", style="dim") for _ in self.steps], "waiting",
+            self.add_row(Text(node), *[Text("·", style="dim") for _ in self.steps], "waiting",
                          key=node)
 
     def update_event(self, node: str, step: str, progress: float, message: str, state: str) -> None:

@@ -138,12 +138,24 @@ class LocalBackend(Backend):
     def history(self, workspace_id: str) -> list[dict]:
         return read_history(self.run_dir(workspace_id))
 
-    def _supervisor_alive(self, run_dir: Path) -> bool:
+    @staticmethod
+    def _our_supervisor(run_dir: Path) -> psutil.Process | None:
+        """The process in supervisor.pid if it is this run's supervisor: a PID can be reused by
+        any process after ours ended (or the file edited), and that one must never be killed."""
         try:
-            pid = int((run_dir / "supervisor.pid").read_text())
-            proc = psutil.Process(pid)
-            return proc.status() != psutil.STATUS_ZOMBIE and str(run_dir) in " ".join(proc.cmdline())
-        except (FileNotFoundError, ValueError, psutil.Error):
+            proc = psutil.Process(int((run_dir / "supervisor.pid").read_text()))
+            argv = proc.cmdline()
+            if {str(run_dir), str(run_dir.resolve())} & set(argv):  # its argv ends with the run dir
+                return proc
+        except (OSError, ValueError, psutil.Error):
+            pass
+        return None
+
+    def _supervisor_alive(self, run_dir: Path) -> bool:
+        proc = self._our_supervisor(run_dir)
+        try:
+            return proc is not None and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
             return False
 
     def status(self, workspace_id: str) -> WorkspaceState:
@@ -224,10 +236,8 @@ class LocalBackend(Backend):
     # delete -----------------------------------------------------------------
     def delete(self, workspace_id: str) -> None:
         run_dir = self.run_dir(workspace_id)
-        try:
-            pid = int((run_dir / "supervisor.pid").read_text())
-            kill_all([psutil.Process(pid)], grace=15)
-        except (FileNotFoundError, ValueError, psutil.NoSuchProcess):
-            pass
+        supervisor = self._our_supervisor(run_dir)
+        if supervisor is not None:
+            kill_all([supervisor], grace=15)
         kill_all(workspace_processes(workspace_id), grace=5)
         shutil.rmtree(run_dir, ignore_errors=True)
