@@ -21,7 +21,7 @@ from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, Node
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
 from core.nodes.facts import gpus
-from core.schema.endpoints import host_port
+from core.schema.endpoints import host_port, is_ip
 
 BIN = "/usr/local/bin/k3s"
 CONFIG_DIR = "/etc/rancher/k3s"
@@ -64,14 +64,6 @@ def resolve_host(name: str) -> list[str]:
     return [str(a) for a in sorted(found, key=lambda a: (a.version, int(a)))]
 
 
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 def public_host(spec: NodeSpec) -> str:
     """The host peers reach the node at: the endpoint override's host, else the node's host."""
     endpoint = spec.endpoint
@@ -89,9 +81,9 @@ def external_ips(spec: NodeSpec, seen_public: str | None = None) -> list[str]:
     a jump host), the public address the node's facts saw; else a one-line error.
     """
     host = spec.external_ip or public_host(spec)
-    if _is_ip(host):
+    if is_ip(host):
         return [host]
-    addresses = resolve_host(host) or ([seen_public] if seen_public and _is_ip(seen_public)
+    addresses = resolve_host(host) or ([seen_public] if seen_public and is_ip(seen_public)
                                        else [])
     if not addresses:
         raise StepFailed(f"{spec.name}: its public host {host!r} does not resolve to an address, "
@@ -103,7 +95,7 @@ def external_ips(spec: NodeSpec, seen_public: str | None = None) -> list[str]:
 def node_ip(plan: ClusterPlan, spec: NodeSpec) -> str:
     """node-ip / advertise-address take IPs: the mesh IP, or (no mesh) the host resolved here."""
     address = plan.address(spec)
-    if _is_ip(address):
+    if is_ip(address):
         return address
     found = resolve_host(address)
     if not found:

@@ -7,12 +7,12 @@ everything after the cluster, so it can be merged into ~/.kube/config beside oth
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
 import yaml
 
+from core.state.atomic_files import write_atomically
 from core.state import paths
 from core.bootstrap import k3s
 from core.bootstrap.kubeconfig_checks import entries, node_cluster, node_credentials
@@ -54,11 +54,7 @@ def rewrite(text: str, cluster: str, server_url: str, node: str = "the server") 
 def write_private(path: Path, text: str) -> None:
     """Write a credentials file with mode 0600 from the start (no readable window)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    write_atomically(path, text)
 
 
 def _fetch(ctx: DeployContext, target: NodeTarget) -> str:

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from core.schema.endpoints import is_ip
 from core.bootstrap import versions
 from core.bootstrap.progress import ProgressEvent
 from core.bootstrap.session import CommandLog, NodeSession
@@ -94,14 +95,6 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
     return net
 
 
-def _is_address(text: object) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 def assign_mesh_ips(subnet: str, nodes: list[NodeSpec]) -> None:
     """Give each node without a mesh IP the next free host address, keeping the rest."""
     net = parse_subnet(subnet)
@@ -114,7 +107,7 @@ def assign_mesh_ips(subnet: str, nodes: list[NodeSpec]) -> None:
             except StopIteration:
                 raise InvalidInput(f"subnet {subnet} has no free address for {spec.name}",
                                    "choose a larger --subnet") from None
-        elif not _is_address(spec.mesh_ip) or ipaddress.ip_address(spec.mesh_ip) not in net:
+        elif not is_ip(spec.mesh_ip) or ipaddress.ip_address(spec.mesh_ip) not in net:
             raise InvalidInput(f"{spec.name} has mesh address {spec.mesh_ip!r}, outside {subnet}",
                                "keep the cluster's subnet, or delete and redeploy the cluster")
 

@@ -10,12 +10,11 @@ tools skip such names); pins made before under the bare name are migrated on use
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
-import os
 import threading
 from pathlib import Path
 
+from core.state.atomic_files import locked, write_atomically
 from core.state import paths
 
 
@@ -79,17 +78,11 @@ class KnownHosts:
         with self._lock:
             if not self._pending:
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path.with_suffix(".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with locked(self.path):
                 lines = self.path.read_text().splitlines() if self.path.exists() else []
                 kept = [ln for ln in lines if ln.split()[:1] and ln.split()[0] not in self._pending]
                 kept += [f"{label} {t} {b}" for label, (t, b) in sorted(self._pending.items())]
-                tmp = self.path.with_suffix(".tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as out:
-                    out.write("\n".join(kept) + "\n")
-                os.replace(tmp, self.path)
+                write_atomically(self.path, "\n".join(kept) + "\n")
             self._pending.clear()
 
     def forget(self, label: str) -> bool:
@@ -99,7 +92,8 @@ class KnownHosts:
             if label not in keys:
                 return False
             self._pending.pop(label, None)
-            lines = self.path.read_text().splitlines()
-            kept = [ln for ln in lines if not ln.split()[:1] or ln.split()[0] != label]
-            self.path.write_text("\n".join(kept) + ("\n" if kept else ""))
+            with locked(self.path):
+                lines = self.path.read_text().splitlines()
+                kept = [ln for ln in lines if not ln.split()[:1] or ln.split()[0] != label]
+                write_atomically(self.path, "\n".join(kept) + ("\n" if kept else ""))
             return True

@@ -6,15 +6,11 @@ and reach workers through their environment.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
+from core.state.atomic_files import locked, write_atomically
 from core.state import paths
 from core.errors import GeotrainError
 
@@ -39,24 +35,12 @@ class SecretStore:
                                 "move it away and pass your tokens again")
         return data
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self):
         """Serialise read-modify-write between the app and the CLI."""
-        with open(self.path.with_name(".secrets.lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
+        return locked(self.path)
 
     def _save(self, data: dict[str, str]) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".secrets-")
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        os.chmod(self.path, 0o600)
+        write_atomically(self.path, json.dumps(data))
 
     def put(self, ref: str, value: str) -> str:
         with self._locked():

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from recipes.algorithms.exchange import Pending, gather
+from recipes.algorithms.exchange import GatheredExchange, Pending
 from recipes.compression import BlockCodec
 from recipes.distributed import Wire
 
@@ -85,7 +85,7 @@ class DctTopKCodec:
         return self.from_coefficients(coeffs)
 
 
-class DemoExchange:
+class DemoExchange(GatheredExchange):
     """DeMo's decoupled momentum as the error-feedback buffer of a DCT top-k exchange."""
 
     def __init__(self, numel: int, chunk: int, topk: int, decay: float, wire: Wire, value_bits: int = 8,
@@ -101,13 +101,8 @@ class DemoExchange:
         self.momentum.sub_(sent)
         return self.reissue(payload, async_op)
 
-    def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
-        return gather(self.wire, payload, async_op)
-
-    def finish(self, pending: Pending) -> torch.Tensor:
-        if pending.work is not None:
-            pending.work.wait()
-        return torch.stack([self.codec.decode(p) for p in pending.gathered]).mean(dim=0)
+    def decode(self, payload: torch.Tensor) -> torch.Tensor:
+        return self.codec.decode(payload)
 
     def state_dict(self) -> dict:
         return {"momentum": self.momentum.cpu()}

@@ -33,6 +33,24 @@ def gather(wire, payload: torch.Tensor, async_op: bool = False) -> Pending:
     return Pending(sent=payload, gathered=wire.all_gather(payload))
 
 
+class GatheredExchange:
+    """Compressed payloads are all-gathered, each decoded, and averaged: subclasses give
+    `decode(payload)` and start by encoding into a payload."""
+
+    wire: Wire
+
+    def decode(self, payload: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
+        return gather(self.wire, payload, async_op)
+
+    def finish(self, pending: Pending) -> torch.Tensor:
+        if pending.work is not None:
+            pending.work.wait()
+        return torch.stack([self.decode(p) for p in pending.gathered]).mean(dim=0)
+
+
 class FullPrecisionExchange:
     """fp32 or bf16 all-reduce: values sum on the wire, no scales needed."""
 
@@ -64,7 +82,7 @@ class FullPrecisionExchange:
         pass
 
 
-class QuantizedExchange:
+class QuantizedExchange(GatheredExchange):
     """fp8/fp4 block codec with error feedback; payloads are all-gathered and averaged after decoding."""
 
     def __init__(self, numel: int, bits: int, block: int, wire: Wire, error_feedback: bool = True) -> None:
@@ -79,14 +97,8 @@ class QuantizedExchange:
         payload, _ = self.feedback.compress(delta, self.codec)
         return self.reissue(payload, async_op)
 
-    def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
-        return gather(self.wire, payload, async_op)
-
-    def finish(self, pending: Pending) -> torch.Tensor:
-        if pending.work is not None:
-            pending.work.wait()
-        decoded = [self.codec.decode(p, self.numel) for p in pending.gathered]
-        return torch.stack(decoded).mean(dim=0)
+    def decode(self, payload: torch.Tensor) -> torch.Tensor:
+        return self.codec.decode(payload, self.numel)
 
     def flush(self, bits: int) -> torch.Tensor | None:
         """Average what error feedback still holds, sent once at `bits` (the end-of-training step)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy
 import torch
 
-EVAL_STREAM = 1_000_003  # rank id of the held-out stream
+from recipes.data.synthetic import IndexedStream
 
 
 class MarkovChain:
@@ -95,38 +95,22 @@ def _entropy(p: torch.Tensor) -> torch.Tensor:
     return -(p * torch.log(p.clamp_min(1e-300))).sum(dim=-1)
 
 
-class MarkovData:
+class MarkovData(IndexedStream):
     """Per-rank stream of token batches; `position` is the next batch index."""
 
     def __init__(self, *, vocab: int, order: int, alpha: float, seed: int, rank: int,
                  batch_size: int, seq_len: int) -> None:
+        super().__init__(seed, rank)
         self.chain = MarkovChain(vocab, order, alpha, seed)
-        self.seed, self.rank = seed, rank
         self.batch_size, self.seq_len = batch_size, seq_len
-        self.position = 0
 
     @property
     def entropy_floor(self) -> float:
         return self.chain.entropy_floor(self.seq_len)
 
     def batch_at(self, index: int, stream: int) -> dict:
-        gen = torch.Generator().manual_seed(hash((self.seed, stream, index)) % (2 ** 62))
-        return {"input_ids": self.chain.sample(self.batch_size, self.seq_len, gen)}
-
-    def next_batch(self) -> dict:
-        batch = self.batch_at(self.position, self.rank)
-        self.position += 1
-        return batch
-
-    def eval_batches(self, count: int) -> list[dict]:
-        return [self.batch_at(i, EVAL_STREAM) for i in range(count)]
+        return {"input_ids": self.chain.sample(self.batch_size, self.seq_len, self.generator(index, stream))}
 
     def ideal_loss(self, batches: list[dict]) -> float:
         """The true chain's loss on the held-out batches, so excess loss is measured on the same tokens."""
         return sum(self.chain.ideal_loss(b["input_ids"]) for b in batches) / len(batches)
-
-    def state_dict(self) -> dict:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.position = state["position"]

@@ -10,11 +10,12 @@ import math
 
 import torch
 
-EVAL_STREAM = 1_000_003
+EVAL_STREAM = 1_000_003  # rank id of the held-out stream
 
 
-class _IndexedStream:
-    """Shared bookkeeping: a per-rank batch counter and a held-out stream."""
+class IndexedStream:
+    """Shared bookkeeping of every generated dataset (Markov text too): a per-rank batch
+    counter and a held-out stream; subclasses give `batch_at(index, stream)`."""
 
     def __init__(self, seed: int, rank: int) -> None:
         self.seed, self.rank, self.position = seed, rank, 0
@@ -37,7 +38,7 @@ class _IndexedStream:
         self.position = state["position"]
 
 
-class SyntheticImages(_IndexedStream):
+class SyntheticImages(IndexedStream):
     """Each class is a fixed smooth random pattern; samples are pattern + noise (learnable, not trivial)."""
 
     def __init__(self, *, num_classes: int, image_size: int, batch_size: int, seed: int, rank: int) -> None:
@@ -55,7 +56,7 @@ class SyntheticImages(_IndexedStream):
         return {"pixel_values": self.templates[labels] + noise, "labels": labels}
 
 
-class SyntheticAudio(_IndexedStream):
+class SyntheticAudio(IndexedStream):
     """16 kHz clips: a few harmonics of a random pitch plus noise, normalised like wav2vec2 inputs."""
 
     SAMPLE_RATE = 16_000

@@ -113,6 +113,17 @@ def test_theme_switches_at_run_time_and_is_remembered(app, seeded):
     assert make_app(service, **states.app_options()).theme == "geotrain-light"
 
 
+def _hits(app) -> list[str]:
+    """The command palette's current hits, best first (its search runs in a worker)."""
+    from textual.widgets import OptionList
+
+    found = app.screen.query(OptionList)
+    if not found:
+        return []
+    options = found.first()
+    return [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+
+
 def test_colon_opens_the_palette_and_jumps_to_a_workspace_and_to_nodes(app):
     from textual.command import CommandPalette
 
@@ -124,14 +135,14 @@ def test_colon_opens_the_palette_and_jumps_to_a_workspace_and_to_nodes(app):
             await pilot.press("colon")
             await on_screen(pilot, CommandPalette)
             await pilot.press(*"open workspace gcn")
-            await pilot.pause(0.5)
+            await until(pilot, lambda: _hits(app) and "gcn" in _hits(app)[0])
             await pilot.press("enter")
             await on_screen(pilot, WorkspaceDetailScreen)
             assert app.screen.workspace_id == states.FAILED_ID
             await pilot.press("colon")
             await on_screen(pilot, CommandPalette)
             await pilot.press(*"nodes")
-            await pilot.pause(0.5)
+            await until(pilot, lambda: _hits(app) and "Nodes" in _hits(app)[0])
             await pilot.press("enter")
             await on_screen(pilot, NodesScreen)
     asyncio.run(run())
