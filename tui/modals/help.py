@@ -30,7 +30,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="dialog", classes="help"):
-            yield Static(f"Keys — {self.view_title}", classes="dialog-title")
+            yield Static(f"Keys — {self.view_title}", classes="dialog-title", markup=False)
             yield Static(self._table(self.keys), classes="dialog-body")
             yield Static("Everywhere", classes="dialog-title")
             yield Static(self._table(GLOBAL_KEYS), classes="dialog-body")
