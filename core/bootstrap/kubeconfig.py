@@ -20,7 +20,7 @@ from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
 from core.errors import InvalidInput
-from core.schema.yaml_loader import load_yaml
+from core.schema.yaml_loader import MalformedYaml, load_yaml
 
 
 def cluster_kubeconfig_path(cluster: str) -> Path:
@@ -37,9 +37,8 @@ def rewrite(text: str, cluster: str, server_url: str, node: str = "the server") 
         if not clusters or not users:
             raise StepFailed(f"the kubeconfig on {node} has no cluster or user entry")
         user = node_credentials(users[0].get("user") or {}, node)
-    except yaml.YAMLError as exc:
-        raise StepFailed(f"the kubeconfig on {node} is not valid YAML "
-                         f"({exc.__class__.__name__})") from None
+    except MalformedYaml as exc:
+        raise StepFailed(f"the kubeconfig on {node} is not valid YAML ({exc.problem})") from None
     except InvalidInput as exc:
         raise StepFailed(exc.message) from None
     entry = {**node_cluster(clusters[0].get("cluster") or {}), "server": server_url}

@@ -20,7 +20,7 @@ from core.bootstrap.kubeconfig_checks import SECTIONS, entries
 from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput, NotFound
 from core.state.store import Store
-from core.schema.yaml_loader import load_yaml
+from core.schema.yaml_loader import MalformedYaml, load_yaml
 
 def default_path() -> Path:
     return Path("~/.kube/config").expanduser()
@@ -31,8 +31,8 @@ def _load(path: Path, what: str) -> dict:
         data = load_yaml(path.read_bytes().decode("utf-8"), f"{what} {path}") or {}
     except UnicodeDecodeError:
         raise InvalidInput(f"{what} {path} is not UTF-8 text", "fix or move the file") from None
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"{what} {path} is not valid YAML ({exc.__class__.__name__})",
+    except MalformedYaml as exc:
+        raise InvalidInput(f"{what} {path} is not valid YAML ({exc.problem})",
                            "fix or move the file and try again") from None
     except OSError as exc:
         raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}",

@@ -268,15 +268,14 @@ def test_a_symlinked_kubeconfig_is_written_through_the_link_under_kubectls_lock(
         merge("c1", link, force=True)
 
 
-@pytest.mark.parametrize("content", [
-    b"\xff\xfe not utf-8",
-    b"clusters:\n  a: b\ncontexts:\n- name: x\n  context: {cluster: a, user: u}\n"
-    b"current-context: x\nusers: [u]\n",
-    b"clusters: [one, two]\ncontexts: [c]\n",
-    b"- just\n- a list\n",
+@pytest.mark.parametrize("content,message", [
+    (b"\xff\xfe not utf-8", "is not UTF-8 text"),
+    (b"clusters:\n  a: b\ncontexts:\n- name: x\n  context: {cluster: a, user: u}\n"
+     b"current-context: x\nusers: [u]\n", "not a usable kubeconfig"),
+    (b"clusters: [one, two]\ncontexts: [c]\n", "not a usable kubeconfig"),
+    (b"- just\n- a list\n", "not a usable kubeconfig"),
 ])
-def test_registering_a_malformed_kubeconfig_is_one_line(tmp_path, capsys, home, content):
+def test_registering_a_malformed_kubeconfig_is_one_line(tmp_path, capsys, home, content, message):
     path = tmp_path / "kubeconfig"
     path.write_bytes(content)
-    _one_line_error(capsys, ["clusters", "add-kubernetes", "k1", "--kubeconfig", str(path)],
-                    "not a usable kubeconfig")
+    _one_line_error(capsys, ["clusters", "add-kubernetes", "k1", "--kubeconfig", str(path)], message)
