@@ -70,8 +70,9 @@ SHARED_SCHEMA = "recipes.schema"
 
 
 def from_recipes(name: str) -> bool:
-    """An import of recipes other than the one shared schema package."""
-    return name.split(".")[0] == "recipes" and name != SHARED_SCHEMA
+    """An import of recipes other than the one shared schema package (and its modules)."""
+    return name.split(".")[0] == "recipes" and name != SHARED_SCHEMA \
+        and not name.startswith(SHARED_SCHEMA + ".")
 
 
 def test_core_never_imports_tui_textual_or_recipes_but_the_shared_schema():
