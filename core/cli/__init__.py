@@ -76,7 +76,7 @@ def _usage_error(exc: click.UsageError) -> int:
         click.echo(exc.ctx.get_help())  # `geotrain nodes`: the group's help, exit 2
         return 2
     prog = exc.ctx.command_path if exc.ctx is not None else PROG
-    message = " ".join(exc.format_message().split())
+    message = " ".join(exc.format_message().split()).rstrip(".")
     print(f"error: {message} — see `{prog} --help`", file=sys.stderr)
     return 2
 

@@ -67,8 +67,10 @@ def _param(names: tuple[str, ...], kw: dict[str, Any]) -> click.Parameter:
         required, many = nargs not in ("?", "*"), nargs in ("*", "+")
         metavar = kw.get("metavar") or dest.upper()
         metavar = (metavar if required else f"[{metavar}]") + ("..." if many else "")
+        if "default" in kw:  # click 8.3+ reads an explicit default=None as a value given
+            extra["default"] = kw["default"]
         return click.Argument([dest], type=ptype, required=required, nargs=-1 if many else 1,
-                              default=kw.get("default"), metavar=metavar, **extra)
+                              metavar=metavar, **extra)
     long = next((n for n in names if n.startswith("--")), names[0])
     dest = kw.get("dest") or long.lstrip("-").replace("-", "_")
     metavar = kw.get("metavar") or (None if choices or action else dest.upper())  # argparse's default
@@ -78,8 +80,10 @@ def _param(names: tuple[str, ...], kw: dict[str, Any]) -> click.Parameter:
     if action == "append" or nargs == "+":
         cls = _GreedyOption if nargs == "+" else click.Option
         return cls([*names, dest], multiple=True, type=ptype, **common)
-    return click.Option([*names, dest], type=ptype, default=kw.get("default"),
-                        required=kw.get("required", False), show_default=False, **common)
+    if "default" in kw:  # click 8.3+ reads an explicit default=None as a value given
+        common["default"] = kw["default"]
+    return click.Option([*names, dest], type=ptype, required=kw.get("required", False),
+                        show_default=False, **common)
 
 
 def _namespace(values: dict[str, Any]) -> argparse.Namespace:
