@@ -22,8 +22,8 @@ def register(groups) -> None:
     clusters = groups["clusters"]
     p = clusters.add_parser("deploy", help="build (or converge) a cluster on pool nodes")
     p.add_argument("name")
-    p.add_argument("--nodes", required=True, help="comma-separated node names; the first runs "
-                   "the k3s server")
+    p.add_argument("--nodes", required=True, complete="node-list",
+                   help="comma-separated node names; the first runs the k3s server")
     p.add_argument("--no-vpn", action="store_true", help="no WireGuard mesh (one private network)")
     p.add_argument("--subnet", help="mesh subnet in CIDR form (default 10.99.0.0/24)")
     p.add_argument("--only", help=f"run only these steps: {','.join(STEP_NAMES)}")

@@ -56,6 +56,15 @@ def node_names(ctx, param, incomplete: str) -> list[CompletionItem]:
 
 
 @_quiet
+def node_name_lists(ctx, param, incomplete: str) -> list[CompletionItem]:
+    """`--nodes a,b,<Tab>`: the names not yet in the comma-separated list, after what is typed."""
+    done, _, last = incomplete.rpartition(",")
+    taken = set(done.split(",")) if done else set()
+    prefix = f"{done}," if done else ""
+    return [CompletionItem(prefix + n) for n in _names("SELECT name FROM nodes", last) if n not in taken]
+
+
+@_quiet
 def cluster_names(ctx, param, incomplete: str) -> list[CompletionItem]:
     found = set(_names("SELECT name FROM clusters", incomplete))
     if "local".startswith(incomplete):

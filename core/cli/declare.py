@@ -15,6 +15,7 @@ import click
 from core.cli import complete
 
 COMPLETERS = {"workspace": complete.workspace_ids, "node": complete.node_names,
+              "node-list": complete.node_name_lists,
               "cluster": complete.cluster_names, "model": complete.models, "size": complete.sizes,
               "preset": complete.presets}
 
