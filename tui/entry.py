@@ -6,6 +6,7 @@ core never imports the UI.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from core import cli
@@ -13,7 +14,7 @@ from core import cli
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv:
+    if argv or os.environ.get(cli.COMPLETE_VAR):  # a <Tab> in the shell asks the commands, not the app
         return cli.main(argv)
     from tui.app import run_app
 

@@ -1,21 +1,28 @@
 """The headless commands: `geotrain <group> <command>` (tui/entry.py opens the app when there are none).
 
 Each module in COMMAND_MODULES registers commands into the groups it names
-(`register(groups)` where groups maps "workspaces"/"clusters"/"nodes" to argparse
-subparsers). Handlers take the parsed args and return an exit code.
+(`register(groups)`, argparse-style declarations that core/cli/declare.py builds as click
+commands). Handlers take the parsed args and return an exit code. Bad input is one line on
+stderr and exit 2, as for every other error.
 
 May import any core folder; never tui (tui/entry.py opens the app).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
+import click
+from click.shell_completion import get_completion_class
+
 import core
+from core.cli.declare import GroupDeclaration
 from core.errors import GeotrainError
 
+PROG = "geotrain"
+COMPLETE_VAR = "_GEOTRAIN_COMPLETE"
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 GROUPS = {
     "workspaces": "deploy and manage training workspaces",
     "clusters": "list, build and register clusters",
@@ -31,40 +38,65 @@ COMMAND_MODULES = [
 ]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line with what to do, exit 2
-        self.exit(2, f"error: {message} — see `{self.prog} --help`\n")
+class _Group(click.Group):
+    """Commands listed in the order they were declared, as argparse listed them."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="geotrain", description="Train models across datacenters.")
-    parser.add_argument("--version", action="version", version=f"geotrain {core.version()}")
-    top = parser.add_subparsers(dest="group", parser_class=_Parser)
+@click.command("completion", context_settings=HELP_OPTIONS, short_help="print the shell completion script")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def _completion(shell: str) -> int:
+    """Print the shell completion script; e.g. `eval "$(geotrain completion bash)"` in ~/.bashrc."""
+    script = get_completion_class(shell)(build_parser(), {}, PROG, COMPLETE_VAR).source()
+    click.echo(script)
+    return 0
+
+
+def build_parser() -> click.Group:
+    """The whole command tree (named for what it was under argparse; callers only parse with it)."""
+    cli = _Group(PROG, help="Train models across datacenters.", context_settings=HELP_OPTIONS)
+    click.version_option(core.version(), "--version", prog_name=PROG, message="%(prog)s %(version)s")(cli)
     groups = {}
     for name, help_text in GROUPS.items():
-        group = top.add_parser(name, help=help_text, description=help_text)
-        groups[name] = group.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-        group.set_defaults(_group_parser=group)
+        group = _Group(name, help=help_text, short_help=help_text, context_settings=HELP_OPTIONS,
+                       no_args_is_help=True)
+        cli.add_command(group)
+        groups[name] = GroupDeclaration(group)
+    cli.add_command(_completion)
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(groups)
-    return parser
+    return cli
+
+
+def _usage_error(exc: click.UsageError) -> int:
+    """Print click's usage error as today's one line: what is wrong and where the help is."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError) and exc.ctx is not None:
+        click.echo(exc.ctx.get_help())  # `geotrain nodes`: the group's help, exit 2
+        return 2
+    prog = exc.ctx.command_path if exc.ctx is not None else PROG
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    print(f"error: {message} — see `{prog} --help`", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        (getattr(args, "_group_parser", None) or parser).print_help()
-        return 2
     try:
-        return int(handler(args) or 0)
+        result = build_parser().main(args=list(argv), prog_name=PROG, complete_var=COMPLETE_VAR,
+                                     standalone_mode=False)
+    except click.UsageError as exc:
+        return _usage_error(exc)
     except GeotrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, click.exceptions.Abort):
         return 130
+    except click.ClickException as exc:
+        print(f"error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+        return exc.exit_code
+    return int(result or 0)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,18 @@ def _fraction(text: str) -> float:
 
 
 def register(groups) -> None:
+    from core.domain import recipe_catalog  # reads the catalog only when the commands are built
+
     p = groups["clusters"].add_parser(
         "plan", help="estimate step time and GPU utilization per compression preset",
         description="Estimate, per compression preset, the time per step, the WAN's share of it and "
                     "the GPU utilization on a cluster's network; recommend the least compressed preset "
                     "that reaches the target utilization.")
-    p.add_argument("name", nargs="?", default="local", help="cluster (default: local); ignored with --matrix")
-    p.add_argument("--model", required=True, help="model name, e.g. gpt-neo")
-    p.add_argument("--size", help="model size (default: the smallest real one)")
+    p.add_argument("name", nargs="?", default="local", help="cluster (default: local); ignored with --matrix",
+                   complete="cluster")
+    p.add_argument("--model", required=True, complete="model",
+                   help=f"one of: {', '.join(recipe_catalog.models())}")
+    p.add_argument("--size", complete="size", help="model size (default: the smallest real one)")
     p.add_argument("--step-time", type=limits.float_between(0, 86400, " s"), metavar="S",
                    help=f"measured compute seconds per step per worker (default {DEFAULT_STEP_S} s, assumed)")
     p.add_argument("--matrix", metavar="FILE", help=MATRIX_HELP)

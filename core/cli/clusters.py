@@ -14,7 +14,7 @@ def register(groups) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_list)
     p = groups["clusters"].add_parser("show", help="show one cluster")
-    p.add_argument("name")
+    p.add_argument("name", complete="cluster")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_show)
 

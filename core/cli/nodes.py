@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from core.domain import limits
+from core.domain import describe, limits
 from core.cli import prompts
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
@@ -27,7 +27,7 @@ def register(groups) -> None:
     p.set_defaults(handler=cmd_list)
 
     p = nodes.add_parser("show", help="everything known about one node")
-    p.add_argument("name")
+    p.add_argument("name", complete="node")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_show)
 
@@ -47,7 +47,7 @@ def register(groups) -> None:
     p.set_defaults(handler=cmd_import)
 
     p = nodes.add_parser("refresh", help="gather facts again (all nodes when none named)")
-    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("names", nargs="*", metavar="NAME", complete="node")
     p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
                    help="re-pin a reinstalled server whose new key has this fingerprint")
     p.add_argument("--connect-timeout", type=_seconds, default=10.0, metavar="SECONDS",
@@ -56,7 +56,7 @@ def register(groups) -> None:
     p.set_defaults(handler=cmd_refresh)
 
     p = nodes.add_parser("remove", help="remove a node from the pool (the server is untouched)")
-    p.add_argument("name")
+    p.add_argument("name", complete="node")
     p.set_defaults(handler=cmd_remove)
 
 
@@ -87,20 +87,13 @@ def _pool(args) -> NodePool:
                     connect_timeout=getattr(args, "connect_timeout", 10.0))
 
 
-def _gpus(facts: dict) -> str:
-    gpus = facts.get("gpus") or []
-    return f"{len(gpus)}× {gpus[0].get('name', '?')}" if gpus else "-"
-
-
 def _print_nodes(nodes: list[Node], as_json: bool) -> None:
     if as_json:
         dump_json([dataclasses.asdict(n) for n in nodes])
         return
     table(["name", "endpoint", "datacenter", "status", "gpus", "cpu", "mem", "cluster"],
-          [[n.name, f"{n.username}@{n.host}:{n.port}", n.datacenter or "-", n.status, _gpus(n.facts),
-            n.facts.get("cpu", {}).get("cores", "-"),
-            f"{n.facts['memory']['total_mb'] / 1024:.0f}G" if n.facts.get("memory") else "-",
-            n.cluster or "-"] for n in nodes])
+          [[n.name, describe.endpoint(n), *describe.node_table_row(n, none="-"), n.cluster or "-"]
+           for n in nodes])
     for n in nodes:
         for reason in n.blockers:
             print(f"  {n.name}: {reason}")
@@ -121,29 +114,8 @@ def cmd_show(args) -> int:
     if args.json:
         dump_json(dataclasses.asdict(node))
         return 0
-    f = node.facts
-    system, cpu, mem, disk = (f.get(k, {}) for k in ("system", "cpu", "memory", "disk"))
-    rows = [
-        ("name", node.name), ("endpoint", f"{node.username}@{node.host}:{node.port}"),
-        ("jump", node.jump or "-"), ("key", node.key_path or "SSH agent"),
-        ("datacenter", node.datacenter or "-"), ("status", node.status), ("cluster", node.cluster or "-"),
-        ("os", f"{system.get('os_name', '?')} ({system.get('system', '?')} {system.get('kernel', '')}, "
-               f"{system.get('arch', '?')})"),
-        ("cpu", f"{cpu.get('model', '?')}, {cpu.get('cores', '?')} cores"),
-        ("memory", f"{mem.get('total_mb', 0) / 1024:.1f} GiB"),
-        ("disk /", f"{disk.get('free_gb', '?')} GiB free of {disk.get('total_gb', '?')}"),
-        ("gpus", ", ".join(f"#{g['index']} {g['name']} {g.get('memory_mb') or '?'} MiB (driver "
-                           f"{g.get('driver') or '?'})" for g in f.get("gpus", [])) or "none"),
-        ("docker", "engine installed" if f.get("docker", {}).get("engine") else
-         ("CLI only" if f.get("docker", {}).get("cli") else "no")),
-        ("containerd", f.get("containerd", {}).get("version") or "no"),
-        ("wireguard", "yes" if f.get("wireguard", {}).get("tools") else "no"),
-        ("k3s", f.get("k3s", {}).get("version") or ("yes" if f.get("k3s", {}).get("installed") else "no")),
-        ("sudo", "root" if f.get("sudo", {}).get("root") else
-         ("passwordless" if f.get("sudo", {}).get("passwordless") else "needs a password / none")),
-        ("udp 51820", "in use" if listening.holders(f.get("listening", []), "udp", 51820) else "free"),
-        ("public ip", f.get("public_ip") or "unknown"),
-    ]
+    port_taken = listening.holders(node.facts.get("listening", []), "udp", 51820)
+    rows = describe.node_detail_rows(node, "in use" if port_taken else "free")
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key.ljust(width)}  {value}")

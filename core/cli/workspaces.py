@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
+from core.domain import describe, recipe_catalog
 from core.domain.records import TEMPLATES, WorkspaceSpec
 from core.schema.training_config import config_json_schema
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
@@ -24,11 +25,12 @@ def register(groups) -> None:
     sub = groups["workspaces"]
     p = sub.add_parser("deploy", help="deploy a workspace (default: 2-worker tiny gpt-neo on local)")
     p.add_argument("template", choices=TEMPLATES)
-    p.add_argument("--cluster", default="local")
-    p.add_argument("--model", help="gpt-neo, gpt-neo-x, gcn, resnet50, resnet101, wav2vec2")
-    p.add_argument("--size", help="tiny, or a real size of the model")
-    p.add_argument("--gradient-compression", dest="preset", metavar="PRESET",
-                   help="none, low, medium, high, ultra")
+    p.add_argument("--cluster", default="local", complete="cluster")
+    p.add_argument("--model", complete="model", help=f"one of: {', '.join(recipe_catalog.models())}")
+    p.add_argument("--size", complete="size", help="tiny, or a real size of the model: " + "; ".join(
+        f"{model} {', '.join(sizes)}" for model, sizes in recipe_catalog.models().items()))
+    p.add_argument("--gradient-compression", dest="preset", metavar="PRESET", complete="preset",
+                   help=f"one of: {', '.join(recipe_catalog.presets())}")
     p.add_argument("--workers", type=int)
     p.add_argument("--steps", type=int)
     p.add_argument("--image", help="container image (Kubernetes clusters)")
@@ -52,15 +54,15 @@ def register(groups) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_list)
     p = sub.add_parser("show", help="status, workers, spec and history of a workspace")
-    p.add_argument("id")
+    p.add_argument("id", complete="workspace")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_show)
     p = sub.add_parser("logs", help="print a workspace's logs, labelled by worker")
-    p.add_argument("id")
+    p.add_argument("id", complete="workspace")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
     p.set_defaults(handler=cmd_logs)
     p = sub.add_parser("delete", help="stop a workspace and remove its files")
-    p.add_argument("id")
+    p.add_argument("id", complete="workspace")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler=cmd_delete)
 
@@ -145,13 +147,6 @@ def cmd_deploy(args) -> int:
     return 0
 
 
-def _age(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
-
-
 def cmd_list(args) -> int:
     workspaces = WorkspaceService().list()
     if args.json:
@@ -165,7 +160,7 @@ def cmd_list(args) -> int:
     now = time.time()
     table(["id", "cluster", "model", "preset", "workers", "status", "age", "last loss"],
           [[w.id, w.cluster, f"{w.spec.model}/{w.spec.size}", w.spec.preset, w.spec.workers,
-            w.status, _age(now - w.created_at),
+            w.status, describe.age(now - w.created_at),
             "-" if w.last_loss is None else f"{w.last_loss:.4f}"] for w in workspaces])
     return 0
 

@@ -44,9 +44,7 @@ CASES = {
 def test_bad_input_is_one_clear_line_and_changes_nothing(name, geotrain_home, capsys):
     argv, message, hint = CASES[name]
     before = _state(geotrain_home)
-    with pytest.raises(SystemExit) if name == "non-numeric workers" else _no_exit():
-        code = main(argv)
-        assert code == 2
+    assert main(argv) == 2  # a usage error too: click's, printed as one line by core.cli.main
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert message in err and hint in err, err
@@ -92,26 +90,14 @@ def test_spec_file_with_wrong_type_for_a_nested_config_field(geotrain_home, tmp_
     assert f"config.{nested}.{leaf}" in err, err
 
 
-class _no_exit:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def test_every_command_prints_its_help(capsys):
-    from core.cli import build_parser
+    from core.cli import GROUPS, build_parser
 
-    parser = build_parser()
-    groups = parser._subparsers._group_actions[0].choices
-    for group_name, group in groups.items():
-        commands = group._subparsers._group_actions[0].choices
-        for command in commands:
-            with pytest.raises(SystemExit) as exit_info:
-                main([group_name, command, "--help"])
-            assert exit_info.value.code == 0, f"{group_name} {command} --help"
-            assert "usage:" in capsys.readouterr().out
+    cli = build_parser()
+    for group_name in GROUPS:
+        for command in cli.commands[group_name].commands:
+            assert main([group_name, command, "--help"]) == 0, f"{group_name} {command} --help"
+            assert "Usage: geotrain " in capsys.readouterr().out
 
 
 def test_corrupt_state_database_is_a_clear_error(geotrain_home, capsys):

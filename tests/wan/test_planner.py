@@ -156,7 +156,7 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
                           (["clusters", "plan", "--model", "gpt-neo", "--target", "lots"], "--target")]:
         try:
             code = main(argv)
-        except SystemExit as exc:  # argparse refuses a malformed value itself
+        except SystemExit as exc:  # never since click: usage errors return 2 too
             code = exc.code
         assert code == 2
         err = capsys.readouterr().err

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from core.domain import describe
 from core.domain.records import Node
 from tui import formatting
 from tui.messages import NodesLoaded
@@ -16,12 +17,6 @@ from tui.screens.table_screen import TableScreen
 from tui.modals.confirm import ConfirmScreen
 
 COLUMNS = ("name", "datacenter", "status", "GPUs", "CPU", "memory", "disk", "blockers")
-
-
-def gpus(facts: dict) -> str:
-    found = facts.get("gpus") or []
-    name = str(found[0].get("name", "?")).removeprefix("NVIDIA ") if found else ""
-    return f"{len(found)}× {name}" if found else "—"
 
 
 def short_blockers(blockers: list[str], width: int = 30) -> str:
@@ -32,31 +27,15 @@ def short_blockers(blockers: list[str], width: int = 30) -> str:
 
 
 def node_row(node: Node) -> tuple:
-    f = node.facts
-    memory = f.get("memory", {}).get("total_mb")
-    disk = f.get("disk", {})
-    return (node.name, node.datacenter or "—", formatting.status(node.status), gpus(f),
-            str(f.get("cpu", {}).get("cores", "—")),
-            f"{memory / 1024:.0f} GiB" if memory else "—",
+    datacenter, status, gpu, cores, memory = describe.node_table_row(node)
+    disk = node.facts.get("disk", {})
+    return (node.name, datacenter, formatting.status(status), gpu, cores, memory,
             f"{disk.get('free_gb', '?')}/{disk.get('total_gb', '?')} GB" if disk else "—",
             short_blockers(node.blockers))
 
 
 def node_details(node: Node) -> Text:
-    f = node.facts
-    system, cpu, containerd = f.get("system", {}), f.get("cpu", {}), f.get("containerd", {})
-    wireguard, k3s = f.get("wireguard", {}), f.get("k3s", {})
-    lines = [f"{node.username}@{node.host}:{node.port}",
-             f"jump        {node.jump or '—'}", f"key         {node.key_path or 'SSH agent'}",
-             f"cluster     {node.cluster or '—'}",
-             f"os          {system.get('os_name', '?')} {system.get('arch', '')}",
-             f"kernel      {system.get('kernel', '?')}",
-             f"cpu         {cpu.get('model', '?')} ({cpu.get('cores', '?')} cores)",
-             f"gpus        {gpus(f)}",
-             f"containerd  {containerd.get('version') or 'not installed'}",
-             f"wireguard   {'kernel' if wireguard.get('kernel_module') else 'wireguard-go' if wireguard.get('wireguard_go') else 'missing'}",
-             f"k3s         {k3s.get('version') or 'not installed'}",
-             f"public ip   {f.get('public_ip') or '—'}"]
+    lines = describe.node_panel_lines(node)
     text = Text.assemble((node.name, "bold"), "  ", "\n".join(lines))  # facts come from the server: literal
     for reason in node.blockers:
         text.append("\n").append("✗", style="bold red").append(f" {reason}")
