@@ -59,6 +59,9 @@ def parse_config(data: Any, overrides: list[str] = ()) -> TrainConfig:
     """Plain data (+ `a.b=value` overrides) -> a checked TrainConfig, or ConfigError."""
     errors = []
     data = dict(data) if isinstance(data, dict) else data
+    if overrides and not isinstance(data, dict):
+        raise ConfigError([{"path": "(root)", "expected": "a mapping", "found": type(data).__name__,
+                            "message": "the config must be a mapping before overrides apply"}])
     for item in overrides:
         if "=" not in item:
             errors.append({"path": item, "expected": "key=value", "found": repr(item),

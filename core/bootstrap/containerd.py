@@ -143,7 +143,7 @@ def _install_release(ctx: DeployContext, target: NodeTarget, arch: str) -> str:
         target.session.put(download_path(arch), local.read_bytes(), mode=0o600)
     target.session.change(release_command(arch, str(local) if local else None), timeout=900,
                           what=f"installing containerd {versions.CONTAINERD_VERSION} ({arch})")
-    if target.facts.get("systemd") and target.session.ensure_file(UNIT_PATH, UNIT, mode=0o644):
+    if target.facts.get("init", {}).get("systemd") and target.session.ensure_file(UNIT_PATH, UNIT, mode=0o644):
         target.session.change("systemctl daemon-reload", what="reloading systemd")
     target.state["containerd_release"] = versions.CONTAINERD_VERSION
     target.facts["containerd_binary_changed"] = True  # restart on the new binary

@@ -23,7 +23,6 @@ from core.bootstrap.session import StepFailed
 from core.nodes.facts import gpus
 from core.schema.endpoints import host_port, is_ip
 
-BIN = "/usr/local/bin/k3s"
 CONFIG_DIR = "/etc/rancher/k3s"
 IMAGES_DIR = "/var/lib/rancher/k3s/agent/images"
 API_PORT = 6443

@@ -8,15 +8,15 @@ file is always written before any change.
 from __future__ import annotations
 
 import os
-import shutil
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import yaml
 
 from core.bootstrap.kubeconfig import write_private
 from core.bootstrap.kubeconfig_checks import SECTIONS, entries
+from core.state.atomic_files import write_atomically
 from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput, NotFound
 from core.state.store import Store
@@ -68,10 +68,11 @@ def merge(cluster: str, target: Path | None = None, force: bool = False,
                        f"deploy it first: geotrain clusters deploy {cluster} --nodes …")
     ours = _load(Path(record.kubeconfig_path), "stored kubeconfig")
     path = Path(target).expanduser() if target else default_path()
-    # a symlinked ~/.kube/config (dotfiles) is written through: its target is replaced
-    path = path.resolve() if path.is_symlink() else path
-    with _kubectl_lock(path):
-        return _merge_locked(cluster, ours, path, force)
+    # kubectl locks the path it was given, the link or its target; a symlinked
+    # ~/.kube/config (dotfiles) is written through: its target is replaced
+    real = path.resolve() if path.is_symlink() else path
+    with _kubectl_lock(path), (_kubectl_lock(real) if real != path else nullcontext()):
+        return _merge_locked(cluster, ours, real, force)
 
 
 def _merge_locked(cluster: str, ours: dict, path: Path, force: bool) -> str:
@@ -99,7 +100,7 @@ def _merge_locked(cluster: str, ours: dict, path: Path, force: bool) -> str:
         while backup.exists():  # never replace an earlier backup
             count += 1
             backup = path.with_name(f"{path.name}.backup-{stamp}-{count}")
-        shutil.copy2(path, backup)
+        write_atomically(backup, path.read_bytes())  # credentials: 0600 from creation
     for section in SECTIONS:
         mine = ours.get(section) or []
         names = {e["name"] for e in mine}

@@ -153,6 +153,8 @@ class NodeTarget:
                 if isinstance(have, dict) and isinstance(value, dict):  # complete a partial seed
                     for sub, assumed in value.items():
                         have.setdefault(sub, assumed)
+            if not self.facts.get("addresses"):  # assume the node owns the address it is reached at
+                self.facts["addresses"] = [self.spec.host]
         elif not self.gathered:
             result = self.fact(FACTS_KEY, node_facts.script(()), sudo=False)
             self.facts.update(node_facts.parse_all(result.stdout))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from core.errors import InvalidInput
 from core.nodes.blockers import RELEASE_ARCH
 
 # k3s (Kubernetes 1.31): https://github.com/k3s-io/k3s/releases/tag/v1.31.4%2Bk3s1
@@ -62,7 +63,8 @@ def k8s_minor(k3s_version: str) -> str:
 def volcano_for(k3s_version: str) -> str:
     minor = k8s_minor(k3s_version)
     if minor not in VOLCANO_FOR_K8S:
-        raise ValueError(f"no Volcano release is paired with Kubernetes {minor} ({VOLCANO_SOURCE})")
+        raise InvalidInput(f"no Volcano release is paired with Kubernetes {minor} ({VOLCANO_SOURCE})",
+                           f"use a k3s release for Kubernetes {', '.join(sorted(VOLCANO_FOR_K8S))}")
     return VOLCANO_FOR_K8S[minor]
 
 

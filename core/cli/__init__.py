@@ -75,7 +75,8 @@ def _usage_error(exc: click.UsageError) -> int:
     if isinstance(exc, click.exceptions.NoArgsIsHelpError) and exc.ctx is not None:
         click.echo(exc.ctx.get_help())  # `geotrain nodes`: the group's help, exit 2
         return 2
-    prog = exc.ctx.command_path if exc.ctx is not None else PROG
+    ctx = exc.ctx or click.get_current_context(silent=True)
+    prog = ctx.command_path if ctx is not None else PROG
     message = " ".join(exc.format_message().split()).rstrip(".")
     print(f"error: {message} — see `{prog} --help`", file=sys.stderr)
     return 2

@@ -66,7 +66,7 @@ def _param(names: tuple[str, ...], kw: dict[str, Any]) -> click.Parameter:
     if not names[0].startswith("-"):
         dest = kw.get("dest", names[0]).replace("-", "_")
         required, many = nargs not in ("?", "*"), nargs in ("*", "+")
-        metavar = kw.get("metavar") or dest.upper()
+        metavar = kw.get("metavar") or ("{" + "|".join(choices) + "}" if choices else dest.upper())
         metavar = (metavar if required else f"[{metavar}]") + ("..." if many else "")
         if "default" in kw:  # click 8.3+ reads an explicit default=None as a value given
             extra["default"] = kw["default"]

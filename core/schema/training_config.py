@@ -71,7 +71,7 @@ def check_config_text(text: str) -> list[ConfigProblem]:
     try:
         data = load_yaml(text, "the config")
     except MalformedYaml as exc:
-        return [ConfigProblem("config", f"malformed YAML: {exc.problem} — fix the syntax", exc.line)]
+        return [ConfigProblem("config", f"{exc.message.split(': ', 1)[-1]} — fix it here", exc.line)]
     if not isinstance(data, dict):
         return [ConfigProblem("config", f"expected a YAML mapping, found {type(data).__name__}", 1)]
     return [_problem(issue, text) for issue in recipe_schema.check(data)[1]]

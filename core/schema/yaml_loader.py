@@ -29,14 +29,6 @@ def _refused(source: str, exc: yaml_limits.YamlRefused) -> MalformedYaml:
     return MalformedYaml(f"{where}: {said}", exc.line, exc.problem)
 
 
-def compose_yaml(text: str, source: str, loader: type = yaml.SafeLoader) -> yaml.Node | None:
-    """The checked node tree of `text` (None when empty)."""
-    try:
-        return yaml_limits.compose(text, loader)
-    except yaml_limits.YamlRefused as exc:
-        raise _refused(source, exc) from None
-
-
 def load_yaml(text: str, source: str, loader: type = yaml.SafeLoader) -> Any:
     """Parse `text` (named `source` in errors) with `loader` (a SafeLoader subclass) inside the limits."""
     try:

@@ -16,7 +16,7 @@ import yaml
 
 from core.bootstrap import containerd, k3s, preflight, versions, volcano
 from core.bootstrap.deploy import build_plan, deploy
-from core.bootstrap.plan import ClusterPlan, NodeSpec, NodeTarget
+from core.bootstrap.plan import ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.session import CommandLog, NodeSession, StepFailed
 from core.kubernetes.manifests import manifests_yaml
 from core.domain.records import Node
@@ -353,3 +353,20 @@ def test_gpu_nodes_that_joined_earlier_are_labelled_for_their_plugin(geotrain_ho
     assert any(a[4:] == ["label", "node", "gpu1", "geotrain.io/gpu-vendor=amd", "--overwrite",
                          ">/dev/null"] for a in argvs)
     assert not any("gpu0" in a for a in argvs if "label" in a)
+
+
+def test_the_containerd_release_gets_its_unit_on_a_systemd_node():
+    """The static release brings containerd's own unit (containerd/containerd
+    containerd.service): without it a distro unit would keep starting the old binary."""
+    from core.bootstrap.containerd import UNIT_PATH, _install_release
+
+    for systemd in (True, False):
+        log = CommandLog()
+        session = NodeSession("n", None, None, log, [], dry_run=True)
+        target = NodeTarget(NodeSpec("n", "198.51.100.10", "server"), session,
+                            facts={"init": {"systemd": systemd}, "system": {"arch": "x86_64"}})
+        ctx = DeployContext(ClusterPlan("up", [target.spec]), {"n": target}, log, secrets={}, dry_run=True)
+        _install_release(ctx, target, "amd64")
+        commands = [r.command for r in log.records]
+        assert (f"put {UNIT_PATH} mode 644" in commands) is systemd
+        assert ("systemctl daemon-reload" in commands) is systemd
