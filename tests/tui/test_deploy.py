@@ -2,7 +2,6 @@
 `local` (torchrun on gloo), inline errors for bad input, tokens never echoed."""
 
 import asyncio
-import time
 
 import pytest
 from textual.widgets import Input, Select, Static, TextArea
@@ -77,13 +76,18 @@ def test_bad_form_input_is_shown_inline_and_nothing_is_deployed(app, seeded):
     assert {w.id for w in service.list(refresh=False)} == before
 
 
+async def _open_editor(app, pilot) -> TextArea:
+    """The deploy form, then its detailed-config editor (`ctrl+e`)."""
+    await _open_form(app, pilot)
+    await pilot.press("ctrl+e")
+    await on_screen(pilot, ConfigEditorScreen, 30)
+    return app.screen.query_one(TextArea)
+
+
 def test_editing_the_config_with_an_invalid_value_shows_the_error_inline(app):
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await _open_form(app, pilot)
-            await pilot.press("ctrl+e")
-            await on_screen(pilot, ConfigEditorScreen, 30)
-            editor = app.screen.query_one(TextArea)
+            editor = await _open_editor(app, pilot)
             assert "optim:" in editor.text and editor.language in ("yaml", None)
             lines = editor.text.splitlines()
             row = next(i for i, line in enumerate(lines) if line.strip().startswith("lr:"))
@@ -108,10 +112,7 @@ def test_editing_the_config_with_an_invalid_value_shows_the_error_inline(app):
 def test_the_editor_shows_the_documentation_of_the_key_at_the_cursor(app):
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            await _open_form(app, pilot)
-            await pilot.press("ctrl+e")
-            await on_screen(pilot, ConfigEditorScreen, 30)
-            editor = app.screen.query_one(TextArea)
+            editor = await _open_editor(app, pilot)
             hint = app.screen.query_one("#field-hint", Static)
             lines = editor.text.splitlines()
             row = next(i for i, line in enumerate(lines) if line.strip().startswith("lr:"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -20,7 +21,8 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(id="dialog", classes="confirm"):
             yield Static(self.title_text, classes="dialog-title", markup=False)
             yield Static(self.body, classes="dialog-body", markup=False)
-            yield Static(f"[b]{self.yes_label}[/]    any other key  cancel", classes="dialog-keys")
+            yield Static(Text.assemble((self.yes_label, "bold"), "    any other key  cancel"),
+                         classes="dialog-keys")
 
     def on_key(self, event: events.Key) -> None:
         event.stop()

@@ -5,6 +5,7 @@ under the form; host keys are confirmed in a modal, as ssh itself would ask."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -74,7 +75,7 @@ class NodeImportScreen(GeotrainScreen):
 
     @on(FormProblem)
     def _problem(self, message: FormProblem) -> None:
-        self.query_one("#form-error", Static).update(f"✗ {message.text}")
+        self.query_one("#form-error", Static).update(Text(f"✗ {message.text}"))  # foreign text
 
     @on(NodesImported)
     def _imported(self, message: NodesImported) -> None:
