@@ -107,6 +107,17 @@ async def error_modal(pilot) -> None:
     await on_screen(pilot, ErrorScreen)
 
 
+def release_on_exit(app, release) -> None:
+    """A held deploy goes on once the app exits, i.e. after its picture is taken: a timed
+    hold raced the picture on a loaded CI machine, and the app waits for its workers."""
+    exit_app = app.exit
+
+    def exit_and_release(*args, **kwargs):
+        release.set()
+        return exit_app(*args, **kwargs)
+    app.exit = exit_and_release
+
+
 async def _wizard(pilot, hold_at: str | None = None):
     from core.state.node_records import add_nodes
     from tests.tui.stand_in_builder import StandInClusterBuilder
@@ -116,7 +127,8 @@ async def _wizard(pilot, hold_at: str | None = None):
     extra = states.recorded_nodes()[1]
     extra.name, extra.datacenter, extra.host = "par-3", "paris", "192.0.2.33"
     add_nodes(app.service.store, [extra])
-    app.cluster_builder = StandInClusterBuilder(app.service.store, hold_at, hold_seconds=2)
+    app.cluster_builder = StandInClusterBuilder(app.service.store, hold_at, hold_seconds=120)
+    release_on_exit(app, app.cluster_builder.release)
     await pilot.press("3")
     await on_screen(pilot, ClusterWizardScreen)
     await until(pilot, lambda: app.screen.query_one("SelectionList").option_count == 3)
