@@ -39,6 +39,7 @@ class Compression:
     topk: int = 4
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    fragments: int = 1
 
 
 def safe_yaml(text: str) -> Any:
@@ -118,6 +119,7 @@ def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compre
         outer_lr=cfg.diloco.outer_lr if cfg.diloco.outer_lr is not None else preset.get("outer_lr", 0.7),
         outer_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
                         else preset.get("outer_momentum", 0.9)),
+        fragments=cfg.diloco.fragments or preset.get("fragments", 1),
     )
 
 

@@ -40,7 +40,7 @@ def lr_lambda(cfg: TrainConfig):
             return (step + 1) / o.warmup_steps
         if o.schedule == "constant":
             return 1.0
-        progress = (step - o.warmup_steps) / max(1, cfg.steps - o.warmup_steps)
+        progress = (step - o.warmup_steps) / max(1, (o.decay_steps or cfg.steps) - o.warmup_steps)
         return o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
@@ -131,7 +131,7 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict:
         """Held-out loss of the final (synchronised) weights, where the data source has a held-out set."""
-        if not hasattr(self.data, "eval_batches") or self.cfg.logging.eval_batches <= 0:
+        if getattr(self.data, "eval_batches", None) is None or self.cfg.logging.eval_batches <= 0:
             return {}
         self.model.eval()
         batches = self.data.eval_batches(self.cfg.logging.eval_batches)
@@ -143,6 +143,22 @@ class Trainer:
             result.update(entropy_floor=self.data.entropy_floor, ideal_loss=ideal,
                           excess_loss=result["eval_loss"] - ideal)
         return result
+
+    @torch.no_grad()
+    def evaluate_consensus(self) -> dict:
+        """Held-out loss of the weights every rank agrees on now: DDP's weights, DiLoCo's global
+        (outer) weights; the local weights are put back afterwards."""
+        agreed = getattr(self.algo, "global_flat", None)
+        if agreed is None:
+            return self.evaluate()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        local = [p.detach().clone() for p in params]
+        self.algo._write_params(agreed)
+        try:
+            return self.evaluate()
+        finally:
+            for p, saved in zip(params, local):
+                p.copy_(saved)
 
 
 def run(cfg: TrainConfig) -> int:
@@ -166,7 +182,8 @@ def run(cfg: TrainConfig) -> int:
         say(rt.rank, "the other workers finished the run while this one was away")
         return 0
     losses, window_start = [], time.perf_counter()
-    log_every, every = cfg.logging.log_every, cfg.checkpoint.every
+    log_every, every, eval_every = cfg.logging.log_every, cfg.checkpoint.every, cfg.logging.eval_every
+    curve = []  # (step, held-out loss of the agreed weights, bytes sent): the bench's reach curve
     while trainer.step < cfg.steps:
         losses.append(trainer.train_step())
         step = trainer.step
@@ -181,6 +198,11 @@ def run(cfg: TrainConfig) -> int:
                          f"{1000 * record['step_time']:.1f}ms/step")
             telemetry.log(record)
             losses, window_start = [], time.perf_counter()
+        if eval_every and step % eval_every == 0 and rt.rank == 0:
+            point = trainer.evaluate_consensus()
+            if "eval_loss" in point:
+                curve.append({"step": step, "eval_loss": point["eval_loss"], "bytes_sent": trainer.wire.bytes_sent})
+                telemetry.log({"step": step, "eval_loss": point["eval_loss"]})
         if every and step % every == 0 and step < cfg.steps:
             trainer.save(uploader)
     if not trainer.finished:
@@ -192,7 +214,8 @@ def run(cfg: TrainConfig) -> int:
               **trainer.evaluate()}
     if rt.rank == 0 and "eval_loss" in result:
         telemetry.log({**result, "loss": result["eval_loss"]})
-        (trainer.out_dir / "result.json").write_text(json.dumps({**result, "world_size": rt.world_size}))
+        (trainer.out_dir / "result.json").write_text(json.dumps({**result, "world_size": rt.world_size,
+                                                                 "eval_curve": curve}))
     trainer.save(uploader)
     if uploader is not None:
         uploader.wait()

@@ -8,6 +8,7 @@ from recipes.algorithms.ddp import DDP
 from recipes.algorithms.demo import DemoExchange, sign_outer_step
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import FullPrecisionExchange, QuantizedExchange
+from recipes.algorithms.streaming import StreamingDiLoCo
 from recipes.config import Compression
 from recipes.schema import TrainConfig
 from recipes.distributed import Wire
@@ -18,6 +19,8 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     if comp.algorithm == "ddp":
         return DDP(model, wire)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if comp.algorithm == "diloco" and comp.fragments > 1:
+        return _streaming(model, comp, cfg, wire)
     if comp.algorithm == "demo":
         exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=4 if comp.bits == 4 else 8,
                                 value_block=comp.block or 128)
@@ -33,3 +36,19 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
         if cfg.demo.sign_step:
             algo.outer_update = lambda avg: sign_outer_step(algo.global_flat, avg, cfg.demo.sign_lr)
     return algo
+
+
+def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire) -> StreamingDiLoCo:
+    """Streaming DiLoCo: one exchange of the preset's format per fragment."""
+    if cfg.diloco.overlap:
+        raise ValueError("diloco.overlap is not available with diloco.fragments > 1 (fragments already "
+                         "spread the exchange over the H steps); set one of them")
+
+    def make_exchange(numel: int):
+        if comp.bits in (32, 16):
+            return FullPrecisionExchange(numel, comp.bits, wire)
+        return QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback)
+
+    return StreamingDiLoCo(model, make_exchange, fragments=comp.fragments, inner_steps=comp.inner_steps,
+                           outer_lr=comp.outer_lr, outer_momentum=comp.outer_momentum,
+                           flush_bits=cfg.diloco.flush_bits)

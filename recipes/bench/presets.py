@@ -2,6 +2,7 @@
 
     python -m recipes.bench --quick --json bench.json
     python -m recipes.bench --methods ddp high ultra --steps 3000
+    python -m recipes.bench --task text --quick --seeds 2 --json text.json   (recipes/bench/text.py)
 
 Each method is a real 2-worker torchrun of tiny GPT-Neo on the Markov data (every
 worker does the same number of inner steps on the same batch size); the held-out
@@ -48,22 +49,28 @@ def _free_port() -> int:
 
 def run_method(name: str, steps: int, eval_batches: int, workdir: Path, nproc: int = 2) -> dict:
     """One real torchrun; returns bytes, held-out loss and wall time."""
+    result = torchrun(name, [*SHARED, *METHODS[name], f"steps={steps}", f"logging.eval_batches={eval_batches}"],
+                      workdir, nproc)
+    return {"bytes_per_rank": result["bytes_sent"], "loss": result["eval_loss"],
+            "excess_loss": result["excess_loss"], "entropy_floor": result["entropy_floor"],
+            "outer_steps": result["outer_step"], "wall_s": result["wall_s"]}
+
+
+def torchrun(name: str, overrides: list[str], workdir: Path, nproc: int = 2) -> dict:
+    """One real torchrun of the tiny config with `overrides`; its result.json plus wall time."""
     out = workdir / name
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend",
            "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "-m", "recipes.train", "--config",
-           str(CONFIG), *SHARED, *METHODS[name], f"steps={steps}", f"out_dir={out}",
-           f"logging.eval_batches={eval_batches}"]
+           str(CONFIG), *overrides, f"out_dir={out}"]
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "HF_TOKEN")}
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), WANDB_MODE="disabled")
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), WANDB_MODE="disabled",
+               HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    result = json.loads((out / "result.json").read_text())
-    return {"bytes_per_rank": result["bytes_sent"], "loss": result["eval_loss"],
-            "excess_loss": result["excess_loss"], "entropy_floor": result["entropy_floor"],
-            "outer_steps": result["outer_step"], "wall_s": round(wall, 2)}
+    return {**json.loads((out / "result.json").read_text()), "wall_s": round(wall, 2)}
 
 
 def inner_step_overhead(steps: int = 150) -> dict:
@@ -125,8 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the CI size: presets only, < 5 min on 2 cores")
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--methods", nargs="*", help=f"subset of {', '.join(METHODS)}")
-    parser.add_argument("--steps", type=int, help="inner steps per worker (default 1500 quick, 3000 full)")
+    parser.add_argument("--steps", type=int, help="inner steps per worker (markov: 1500 quick, 3000 full; "
+                                                  f"text: {TEXT_QUICK_STEPS} quick, {TEXT_STEPS} full)")
+    parser.add_argument("--task", choices=("markov", "text"), default="markov",
+                        help="markov: the CI default; text: reach DDP's held-out loss on natural text")
+    parser.add_argument("--seeds", type=int, default=1, help="text task: seeds 0..N-1 (figures: the worst)")
+    parser.add_argument("--eval-every", type=int, default=50, help="text task: held-out evaluation interval")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
+                        help="text task: extra override for one method (tuning), e.g. high:diloco.inner_steps=50")
     args = parser.parse_args(argv)
+    if args.task == "text":
+        return text_main(args)
     methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
     if "ddp" not in methods:
         methods = ["ddp", *methods]
@@ -146,6 +162,35 @@ def main(argv: list[str] | None = None) -> int:
     report["methods"]["none"] = {**ddp, "same_as": "ddp"}  # the `none` preset is DDP
     report["inner_step"] = inner_step_overhead()
     print_table(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+TEXT_QUICK_STEPS, TEXT_STEPS = 400, 1500
+
+
+def text_main(args) -> int:
+    from recipes.bench.text import print_text_table, run_text
+
+    methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
+    methods = ["ddp", *[m for m in methods if m != "ddp"]]
+    overrides = {name: list(METHODS.get(name, [])) for name in methods}
+    for item in args.sets:
+        name, _, setting = item.partition(":")
+        if name not in overrides or "=" not in setting:
+            raise SystemExit(f"--set {item!r}: write METHOD:KEY=VALUE with METHOD one of {', '.join(methods)}")
+        overrides[name].append(setting)
+    unknown = [m for m in methods if m not in METHODS and not any(o.startswith("gradient_compression=")
+                                                                 for o in overrides[m])]
+    if unknown:
+        raise SystemExit(f"unknown method(s) {', '.join(unknown)}: name one of {', '.join(METHODS)} "
+                         "or give it gradient_compression with --set")
+    steps = args.steps or (TEXT_QUICK_STEPS if args.quick else TEXT_STEPS)
+    report = run_text(methods, steps, list(range(args.seeds)), args.eval_every, 16,
+                      lambda name, o, workdir: torchrun(name, o, workdir), overrides)
+    report["methods"]["none"] = {**report["methods"]["ddp"], "same_as": "ddp"}
+    print_text_table(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -6,6 +6,9 @@ marker written last; a restart finds the marker and starts at once. Batches are
 consecutive windows of `seq_len` tokens; the position is the window index.
 Local files (`data.path`: .json/.jsonl(.gz) or .parquet, a `text` column) read
 offline; otherwise `data.hub_name` (e.g. allenai/c4, config en) streams from the hub.
+Held-out text (`eval_batches`) comes from `data.eval_path`, else from the files named
+`*validation*` in the `data.path` folder (C4's own naming; they are never trained on),
+else from the hub's `validation` split; a single local file has none unless `eval_path` is set.
 """
 
 from __future__ import annotations
@@ -43,60 +46,101 @@ class Tokenizer:
         return self._hf(text, add_special_tokens=False)["input_ids"]
 
 
-def _stream(cfg: TrainConfig, rank: int, world_size: int):
+def _files(path: str) -> list[str]:
+    p = Path(path)
+    return sorted(str(f) for f in p.glob("*") if f.is_file()) if p.is_dir() else [str(p)]
+
+
+def heldout_files(cfg: TrainConfig) -> list[str] | None:
+    """Local held-out files, [] for the hub's validation split, None when there is no held-out text."""
+    d = cfg.data
+    if d.eval_path:
+        return _files(d.eval_path)
+    if d.path:
+        found = [f for f in _files(d.path) if "validation" in Path(f).name] if Path(d.path).is_dir() else []
+        return found or None
+    return []
+
+
+def _local(files: list[str]):
+    from datasets import load_dataset
+
+    builder = "parquet" if files[0].endswith(".parquet") else "json"
+    return load_dataset(builder, data_files=files, split="train", streaming=True)
+
+
+def _stream(cfg: TrainConfig, rank: int, world_size: int, split: str = "train"):
     from datasets import load_dataset
     from datasets.distributed import split_dataset_by_node
 
     d = cfg.data
+    if split != "train":  # the same held-out rows on every rank
+        files = heldout_files(cfg)
+        if files:
+            return _local(files)
+        return load_dataset(d.hub_name or "allenai/c4", d.hub_config or "en", split="validation", streaming=True,
+                            token=os.environ.get("HF_TOKEN"))
     if d.path:
-        files = sorted(str(p) for p in Path(d.path).glob("*") if p.is_file()) if Path(d.path).is_dir() else [d.path]
-        builder = "parquet" if files[0].endswith(".parquet") else "json"
-        ds = load_dataset(builder, data_files=files, split="train", streaming=True)
+        files = _files(d.path)
+        if Path(d.path).is_dir():
+            files = [f for f in files if "validation" not in Path(f).name] or files
+        ds = _local(files)
     else:
         ds = load_dataset(d.hub_name or "allenai/c4", d.hub_config or "en", split="train", streaming=True,
                           token=os.environ.get("HF_TOKEN"))
     return split_dataset_by_node(ds, rank=rank, world_size=world_size)
 
 
-def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> Path:
-    """Tokenize this rank's shard up to the token budget once; later calls return the cached file."""
+def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, split: str = "train",
+                budget: int = 0) -> Path:
+    """Tokenize this rank's shard (or the held-out rows) up to the token budget once; later calls
+    return the cached file."""
     d = cfg.data
-    budget = d.max_tokens or (cfg.steps * d.batch_size * d.seq_len + d.seq_len)
-    key = hashlib.sha1(json.dumps([d.path, d.hub_name, d.hub_config, d.tokenizer, budget]).encode()).hexdigest()[:12]
+    budget = budget or d.max_tokens or (cfg.steps * d.batch_size * d.seq_len + d.seq_len)
+    key = hashlib.sha1(json.dumps([d.path, d.hub_name, d.hub_config, d.tokenizer, budget, split,
+                                   d.eval_path]).encode()).hexdigest()[:12]
     cache = (out_dir / d.cache_dir).resolve()
     cache.mkdir(parents=True, exist_ok=True)
-    stem = cache / f"c4-{key}-rank{rank}of{world_size}"
+    part = f"rank{rank}of{world_size}" if split == "train" else split
+    stem = cache / f"c4-{key}-{part}"
     marker, data_file = stem.with_suffix(".json"), stem.with_suffix(".bin")
     if marker.exists():
         return data_file
     tok = Tokenizer(d.tokenizer)
     dtype = numpy.uint16 if tok.vocab_size <= 65536 else numpy.uint32
     written = 0
-    tmp = stem.with_suffix(".bin.tmp")
+    tmp = stem.with_suffix(f".bin.tmp{rank}")
     with tmp.open("wb") as fh:
-        for row in _stream(cfg, rank, world_size):
+        for row in _stream(cfg, rank, world_size, split):
             ids = tok.encode(row["text"]) + [tok.eos]
             numpy.asarray(ids, dtype=dtype).tofile(fh)
             written += len(ids)
             if written >= budget:
                 break
     if written < d.seq_len + 1:
-        raise ValueError(f"rank {rank} got only {written} tokens from its shard; need at least {d.seq_len + 1}")
+        raise ValueError(f"rank {rank} got only {written} {split} tokens; need at least {d.seq_len + 1}")
     os.replace(tmp, data_file)
     marker.write_text(json.dumps({"tokens": written, "dtype": numpy.dtype(dtype).name, "tokenizer": d.tokenizer}))
     return data_file
 
 
+def _memmap(data_file: Path) -> numpy.memmap:
+    meta = json.loads(data_file.with_suffix(".json").read_text())
+    return numpy.memmap(data_file, dtype=meta["dtype"], mode="r")
+
+
 class C4Data:
-    """Windows of the cached token stream of this rank."""
+    """Windows of the cached token stream of this rank; held-out windows from the validation text."""
 
     def __init__(self, cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> None:
-        data_file = build_cache(cfg, rank, world_size, out_dir)
-        meta = json.loads(data_file.with_suffix(".json").read_text())
-        self.tokens = numpy.memmap(data_file, dtype=meta["dtype"], mode="r")
+        self.cfg, self.rank, self.world_size, self.out_dir = cfg, rank, world_size, out_dir
+        self.tokens = _memmap(build_cache(cfg, rank, world_size, out_dir))
         self.batch_size, self.seq_len = cfg.data.batch_size, cfg.data.seq_len
         self.windows = (len(self.tokens) - 1) // self.seq_len
         self.position = 0
+        self._heldout: list[dict] | None = None
+        if heldout_files(cfg) is None:  # no held-out text: the end of training reports no eval_loss
+            self.eval_batches = None
 
     def next_batch(self) -> dict:
         rows = []
@@ -105,6 +149,18 @@ class C4Data:
             rows.append(torch.from_numpy(self.tokens[start:start + self.seq_len].astype(numpy.int64)))
             self.position += 1
         return {"input_ids": torch.stack(rows)}
+
+    def eval_batches(self, count: int) -> list[dict]:
+        """The first `count` batches of consecutive held-out windows (the same on every rank and call)."""
+        if self._heldout is None or len(self._heldout) < count:
+            budget = count * self.batch_size * self.seq_len + self.seq_len
+            tokens = _memmap(build_cache(self.cfg, self.rank, self.world_size, self.out_dir, "validation", budget))
+            windows = (len(tokens) - 1) // self.seq_len
+            rows = [torch.from_numpy(tokens[(i % windows) * self.seq_len:(i % windows + 1) * self.seq_len]
+                                     .astype(numpy.int64)) for i in range(count * self.batch_size)]
+            self._heldout = [{"input_ids": torch.stack(rows[b * self.batch_size:(b + 1) * self.batch_size])}
+                             for b in range(count)]
+        return self._heldout[:count]
 
     def state_dict(self) -> dict:
         return {"position": self.position}

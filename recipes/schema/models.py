@@ -60,6 +60,8 @@ class OptimConfig(Section):
     """Learning-rate shape after warmup."""
     min_lr_ratio: Float = 0.1
     """Cosine floor as a fraction of `lr`."""
+    decay_steps: Int = Field(0, ge=0)
+    """Steps over which the cosine decays (0 = `steps`); later steps stay at the floor."""
     grad_clip: Float = 1.0
     """Clip the gradient norm to this value (0 disables)."""
 
@@ -83,6 +85,8 @@ class DilocoConfig(Section):
     """At the end of training, send the error-feedback residual once at these bits (0 = drop it)."""
     overlap: Bool = False
     """Run the outer all-reduce during the next inner steps (one-outer-step-delayed update)."""
+    fragments: Optional[Int] = Field(None, ge=1)
+    """Streaming DiLoCo: sync the model in this many staggered fragments; null takes the preset's (1)."""
 
 
 class DemoConfig(Section):
@@ -115,6 +119,8 @@ class DataConfig(Section):
     """HF datasets name for streaming (e.g. allenai/c4) when `path` is null."""
     hub_config: Optional[Str] = None
     """HF datasets config name (e.g. en)."""
+    eval_path: Optional[Str] = None
+    """Held-out files; null: files named *validation* beside `path`, or the hub's validation split."""
     tokenizer: Str = "bytes"
     """`bytes` (UTF-8 bytes, no download) or an HF tokenizer name or local path."""
     cache_dir: Str = "cache"
@@ -150,6 +156,8 @@ class LoggingConfig(Section):
     """Run name shown in W&B; null derives one from model, size and preset."""
     eval_batches: Int = 4
     """Held-out batches evaluated at the end (rank 0)."""
+    eval_every: Int = Field(0, ge=0)
+    """Also evaluate the weights all ranks agree on every this many steps (0 = only at the end)."""
 
 
 class CheckpointConfig(Section):
