@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInput
+from core.schema.training_config import config_keys
 from core.schema.yaml_loader import load_yaml
 
 
@@ -75,16 +76,20 @@ def recipe_env() -> dict[str, str]:
 
 
 def set_path(config: dict[str, Any], dotted: str, raw: str) -> None:
-    """Apply one `--set key=value`; the key must already exist in the config."""
-    node: Any = config
+    """Apply one `--set key=value`; the key must be a key of the training schema (it may be
+    missing from the config file: the sections on the way are created). Refused: nothing changes."""
     parts = dotted.split(".")
     for depth, part in enumerate(parts):
-        if not isinstance(node, dict) or part not in node:
-            where = ".".join(parts[:depth]) or "the config root"
-            keys = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
-            raise InvalidInput(f"--set: no config key {dotted!r}",
-                               f"keys under {where}: {keys}")
-        if depth == len(parts) - 1:
-            node[part] = load_yaml(raw, f"--set {dotted}") if raw != "" else ""
-        else:
-            node = node[part]
+        where = ".".join(parts[:depth])
+        keys = config_keys(where)
+        if keys is None or part not in keys:
+            hint = (f"{where} is a value, not a section" if keys is None else
+                    f"keys under {where or 'the config root'}: {', '.join(sorted(keys))}")
+            raise InvalidInput(f"--set: no config key {dotted!r}", hint)
+    value = load_yaml(raw, f"--set {dotted}") if raw != "" else ""
+    node: Any = config
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from core.errors import FieldError
 from core.schema.yaml_loader import MalformedYaml, key_lines, load_yaml
@@ -35,6 +36,18 @@ def _field_error(issue: dict) -> FieldError:
     path = issue["path"]
     return FieldError(f"config.{path}", issue["expected"], Shown(issue["found"]),
                       f"fix config.{path} in the detailed config, or --set {path}=VALUE")
+
+
+def config_keys(section: str = "") -> list[str] | None:
+    """The keys the training schema allows in `section` ("" = the top level, "optim", ...),
+    or None when `section` is not a section of the schema."""
+    model: Any = recipe_schema.TrainConfig
+    for part in [p for p in section.split(".") if p]:
+        info = model.model_fields.get(part)
+        model = info.annotation if info is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    return list(model.model_fields)
 
 
 def config_errors(config: Any) -> list[FieldError]:

@@ -1,0 +1,92 @@
+"""The natural-text bench task's pieces: reach on hand-made curves, the corpus split, held-out text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recipes.bench.text import corpus_documents, reach, split_documents, summarise, worst_of, write_corpus
+from recipes.config import parse_config
+
+DDP_FINAL = 2.50
+
+
+def _curve(losses: list[float], every: int = 50, bytes_per_step: int = 10) -> list[dict]:
+    return [{"step": every * (i + 1), "eval_loss": loss, "bytes_sent": bytes_per_step * every * (i + 1)}
+            for i, loss in enumerate(losses)]
+
+
+def test_reach_is_the_first_evaluated_step_at_or_below_the_target():
+    curve = _curve([3.0, 2.7, 2.55, 2.50, 2.40, 2.52])  # touches the target exactly at step 200
+    assert reach(curve, DDP_FINAL) == (200, 2000)
+    assert reach(list(reversed(curve)), DDP_FINAL) == (200, 2000)  # order of the points does not matter
+    assert reach(curve, 2.45) == (250, 2500)  # the later bounce back above does not undo a reach
+
+
+def test_a_curve_that_never_gets_there_reaches_nothing():
+    curve = _curve([3.0, 2.8, 2.6, 2.51, 2.505, 2.501])
+    assert reach(curve, DDP_FINAL) == (None, None)
+    assert reach([], DDP_FINAL) == (None, None)
+
+
+def test_summary_compares_with_ddp_at_equal_steps_and_worst_seed_wins():
+    ddp = _curve([2.9, 2.5, 2.45, 2.4], bytes_per_step=1000)  # DDP's loss at step 100 is the target
+    slow = _curve([3.0, 2.7, 2.55, 2.49], bytes_per_step=1)
+    never = _curve([3.0, 2.7, 2.6, 2.55], bytes_per_step=1)
+    m = summarise("slow", slow, 100, 2.5, 100_000)
+    assert (m["reach_step"], m["reach_bytes"], m["reach_steps_vs_ddp"]) == (200, 200, 2.0)
+    assert m["loss"] == 2.7 and m["bytes_per_rank"] == 100 and m["reach_bytes_vs_ddp"] == 500
+    assert summarise("ddp", ddp, 100, 2.5, 100_000)["reach_step"] == 100
+    runs = [{"methods": {"x": summarise("x", slow, 100, 2.5, 100_000)}},
+            {"methods": {"x": summarise("x", never, 100, 2.5, 100_000)}}]
+    assert worst_of(runs, "x")["reach_step"] is None  # both seeds must reach
+    runs[1] = {"methods": {"x": summarise("x", _curve([2.6, 2.5]), 100, 2.5, 100_000)}}
+    assert worst_of(runs, "x")["reach_step"] == 200
+
+
+def test_corpus_is_stdlib_prose_with_a_disjoint_heldout_tail(tmp_path):
+    docs = corpus_documents()
+    train, held = split_documents(docs)
+    assert train + held == docs and held and train
+    held_bytes = sum(len(t.encode()) for _, t in held)
+    total = sum(len(t.encode()) for _, t in docs)
+    assert held_bytes >= 0.10 * total and held_bytes - len(held[0][1].encode()) < 0.10 * total
+    info = write_corpus(tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "pydoc-validation.jsonl").read_text().splitlines()]
+    assert [r["topic"] for r in rows] == [t for t, _ in held] and info["heldout_docs"] == len(held)
+    assert not {r["topic"] for r in rows} & {json.loads(line)["topic"] for line in
+                                            (tmp_path / "pydoc-train.jsonl").read_text().splitlines()}
+
+
+def _cfg(tmp_path, **data):
+    return parse_config({"model": "gpt-neo", "size": "tiny", "steps": 4, "out_dir": str(tmp_path / "run"),
+                         "data": {"source": "c4", "batch_size": 2, "seq_len": 16, **data}})
+
+
+def test_text_loader_holds_out_the_validation_files(tmp_path, monkeypatch):
+    from recipes.data.c4 import C4Data
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "c4-train.00000.json").write_text("\n".join(json.dumps({"text": "a" * 50}) for _ in range(4)))
+    (corpus / "c4-validation.00000.json").write_text(json.dumps({"text": "z" * 60}))
+    data = C4Data(_cfg(tmp_path, path=str(corpus)), 0, 1, tmp_path / "run")
+    assert set(data.next_batch()["input_ids"].flatten().tolist()) <= {ord("a"), 255}
+    held = data.eval_batches(2)
+    assert len(held) == 2 and set(held[0]["input_ids"].flatten().tolist()) <= {ord("z"), 255}
+    # an explicit eval_path wins; a single training file without one has no held-out text
+    single = corpus / "c4-train.00000.json"
+    assert C4Data(_cfg(tmp_path, path=str(single)), 0, 1, tmp_path / "run2").eval_batches is None
+    other = C4Data(_cfg(tmp_path, path=str(single), eval_path=str(corpus / "c4-validation.00000.json")), 0, 1,
+                   tmp_path / "run3")
+    assert set(other.eval_batches(1)[0]["input_ids"].flatten().tolist()) <= {ord("z"), 255}
+
+
+@pytest.mark.parametrize("key", ["optim.decay_steps", "logging.eval_every", "diloco.fragments", "data.eval_path"])
+def test_new_keys_are_in_the_schema(key, tmp_path):
+    section, name = key.split(".")
+    value = "x" if name == "eval_path" else 2
+    cfg = parse_config({"model": "gpt-neo", "size": "tiny"}, [f"{key}={value}"])
+    assert getattr(getattr(cfg, section), name) == value
