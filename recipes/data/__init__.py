@@ -45,7 +45,7 @@ def build_data(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path):
         from recipes.data.imagenet import ImageFolderData
 
         return ImageFolderData(d.path, image_size=image_size, batch_size=d.batch_size, seed=cfg.seed,
-                               rank=rank, world_size=world_size)
+                               rank=rank, world_size=world_size, eval_root=d.eval_path)
     if d.source == "synthetic-audio":
         from recipes.data.synthetic import SyntheticAudio
 
@@ -54,5 +54,5 @@ def build_data(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path):
         from recipes.data.librispeech import LibriSpeechData
 
         return LibriSpeechData(d.path, seconds=d.audio_seconds, batch_size=d.batch_size, seed=cfg.seed,
-                               rank=rank, world_size=world_size)
+                               rank=rank, world_size=world_size, eval_root=d.eval_path)
     raise ValueError(f"unknown data source {d.source!r}")

@@ -3,6 +3,8 @@
 Decoding with Pillow (torchvision is not available): random resized crop and
 horizontal flip for training, ImageNet mean/std normalisation. Each worker reads
 its own slice of a seeded shuffle of the file list; the position is (epoch, index).
+Held-out images: `data.eval_path`, else the `val/` folder beside `train/` (same class
+folders), centre-cropped; a fixed seeded sample of them, the same on every rank.
 """
 
 from __future__ import annotations
@@ -54,8 +56,12 @@ class ImageFolderData:
     """Batches of (pixel_values, labels) from this rank's shard of the image folder."""
 
     def __init__(self, root: str | None, *, image_size: int, batch_size: int, seed: int, rank: int,
-                 world_size: int) -> None:
-        self.items, self.classes = list_images(Path(root or "data/imagenet/train"))
+                 world_size: int, eval_root: str | None = None) -> None:
+        train_root = Path(root or "data/imagenet/train")
+        self.items, self.classes = list_images(train_root)
+        self.eval_root = Path(eval_root) if eval_root else train_root.with_name("val")
+        if not self.eval_root.is_dir() or self.eval_root.resolve() == train_root.resolve():
+            self.eval_batches = None  # no held-out images: no eval_loss
         if not self.items:
             raise FileNotFoundError(f"no images under {root}")
         self.image_size, self.batch_size = image_size, batch_size
@@ -80,6 +86,22 @@ class ImageFolderData:
             labels.append(label)
             self.index += 1
         return {"pixel_values": torch.stack(images), "labels": torch.tensor(labels)}
+
+    def eval_batches(self, count: int) -> list[dict]:
+        """`count` batches of held-out images (labels by the training folders' class order)."""
+        items, classes = list_images(self.eval_root)
+        label = {c: i for i, c in enumerate(self.classes)}
+        items = [(path, label[classes[y]]) for path, y in items if classes[y] in label]
+        if not items:
+            raise FileNotFoundError(f"no held-out images of the training classes under {self.eval_root}")
+        picked = random.Random(self.seed).sample(items, min(len(items), count * self.batch_size))
+        batches = []
+        for b in range(0, len(picked), self.batch_size):
+            chunk = picked[b:b + self.batch_size]
+            batches.append({"pixel_values": torch.stack([load_image(p, self.image_size, random.Random(0), train=False)
+                                                         for p, _ in chunk]),
+                            "labels": torch.tensor([y for _, y in chunk])})
+        return batches
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "index": self.index}

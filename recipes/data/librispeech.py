@@ -4,6 +4,8 @@
     <root>/<speaker>/<chapter>/<speaker>-<chapter>.trans.txt   (transcripts; unused by pre-training)
 
 Clips are cropped (at a seeded offset) or zero-padded to `seconds` and normalised.
+Held-out clips: `data.eval_path`, else the `dev-clean/` split beside the training split;
+a fixed seeded sample, cropped at fixed offsets, the same on every rank.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ class LibriSpeechData:
     """Batches of `input_values` from this rank's shard of the .flac files."""
 
     def __init__(self, root: str | None, *, seconds: float, batch_size: int, seed: int, rank: int,
-                 world_size: int) -> None:
+                 world_size: int, eval_root: str | None = None) -> None:
         base = Path(root or "data/LibriSpeech/train-clean-100")
+        self.eval_root = Path(eval_root) if eval_root else base.with_name("dev-clean")
+        if not self.eval_root.is_dir() or self.eval_root.resolve() == base.resolve():
+            self.eval_batches = None  # no held-out audio: no eval_loss
         if not base.is_dir():
             raise FileNotFoundError(f"LibriSpeech folder not found: {base} — set data.path to a split folder "
                                     "such as LibriSpeech/train-clean-100")
@@ -65,6 +70,15 @@ class LibriSpeechData:
             clips.append(self._clip(self.files[order[self.index]], rng))
             self.index += 1
         return {"input_values": normalize_audio(torch.stack(clips))}
+
+    def eval_batches(self, count: int) -> list[dict]:
+        files = sorted(self.eval_root.rglob("*.flac"))
+        if not files:
+            raise FileNotFoundError(f"no held-out .flac files under {self.eval_root}")
+        picked = random.Random(self.seed).sample(files, min(len(files), count * self.batch_size))
+        return [{"input_values": normalize_audio(torch.stack([self._clip(f, random.Random(i)) for i, f in
+                                                              enumerate(picked[b:b + self.batch_size])]))}
+                for b in range(0, len(picked), self.batch_size)]
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "index": self.index}
