@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=50, help="text task: held-out evaluation interval")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
                         help="text task: extra override for one method (tuning), e.g. high:diloco.inner_steps=50")
+    parser.add_argument("--ddp-from", type=Path, help="text task: reuse DDP's curves from this earlier report "
+                                                       "(same steps and settings) instead of running DDP again")
     args = parser.parse_args(argv)
     if args.task == "text":
         return text_main(args)
@@ -187,8 +189,16 @@ def text_main(args) -> int:
         raise SystemExit(f"unknown method(s) {', '.join(unknown)}: name one of {', '.join(METHODS)} "
                          "or give it gradient_compression with --set")
     steps = args.steps or (TEXT_QUICK_STEPS if args.quick else TEXT_STEPS)
+    ddp_curves = None
+    if args.ddp_from:
+        earlier = json.loads(args.ddp_from.read_text())
+        if earlier.get("ddp_steps") != steps or earlier.get("eval_every") != args.eval_every:
+            raise SystemExit(f"--ddp-from {args.ddp_from}: its steps/eval interval differ from this run's")
+        ddp_curves = {r["seed"]: r["methods"]["ddp"]["curve"] for r in earlier["runs"]}
     report = run_text(methods, steps, list(range(args.seeds)), args.eval_every, 16,
-                      lambda name, o, workdir: torchrun(name, o, workdir), overrides)
+                      lambda name, o, workdir: torchrun(name, o, workdir), overrides, ddp_curves)
+    if ddp_curves:
+        report["ddp_from"] = str(args.ddp_from)
     report["methods"]["none"] = {**report["methods"]["ddp"], "same_as": "ddp"}
     print_text_table(report)
     if args.json:

@@ -101,8 +101,9 @@ def worst_of(runs: list[dict], name: str) -> dict:
 
 
 def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, eval_batches: int,
-             run_method, overrides: dict[str, list[str]]) -> dict:
-    """Every method on every seed; `run_method(name, overrides, workdir) -> result.json dict`."""
+             run_method, overrides: dict[str, list[str]], ddp_curves: dict[int, list[dict]] | None = None) -> dict:
+    """Every method on every seed; `run_method(name, overrides, workdir) -> result.json dict`.
+    `ddp_curves` (seed -> curve, from an earlier report of the same settings) skips DDP's runs."""
     if steps % eval_every:
         raise ValueError(f"--eval-every {eval_every} must divide --steps {steps}")
     runs = []
@@ -114,6 +115,9 @@ def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, 
                       f"logging.eval_batches={eval_batches}"]
             curves = {}
             for name in methods:
+                if name == "ddp" and ddp_curves and seed in ddp_curves:
+                    curves[name] = ddp_curves[seed]
+                    continue
                 result = run_method(name, [*shared, *overrides[name]], Path(tmp) / f"seed{seed}")
                 curves[name] = result["eval_curve"]
                 last = at_step(curves[name], steps)
