@@ -40,7 +40,7 @@ def lr_lambda(cfg: TrainConfig):
             return (step + 1) / o.warmup_steps
         if o.schedule == "constant":
             return 1.0
-        progress = (step - o.warmup_steps) / max(1, (o.decay_steps or cfg.steps) - o.warmup_steps)
+        progress = (step - o.warmup_steps) / max(1, (o.schedule_steps or cfg.steps) - o.warmup_steps)
         return o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return factor

@@ -111,7 +111,7 @@ def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, 
         corpus = write_corpus(Path(tmp) / "corpus")
         for seed in seeds:
             shared = [*TEXT_SHARED, f"data.path={Path(tmp) / 'corpus'}", f"seed={seed}", f"steps={2 * steps}",
-                      f"optim.decay_steps={steps}", f"logging.eval_every={eval_every}",
+                      f"optim.schedule_steps={steps}", f"logging.eval_every={eval_every}",
                       f"logging.eval_batches={eval_batches}"]
             curves = {}
             for name in methods:

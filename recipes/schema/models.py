@@ -60,7 +60,7 @@ class OptimConfig(Section):
     """Learning-rate shape after warmup."""
     min_lr_ratio: Float = 0.1
     """Cosine floor as a fraction of `lr`."""
-    decay_steps: Int = Field(0, ge=0)
+    schedule_steps: Int = Field(0, ge=0)
     """Steps over which the cosine decays (0 = `steps`); later steps stay at the floor."""
     grad_clip: Float = 1.0
     """Clip the gradient norm to this value (0 disables)."""

@@ -84,7 +84,7 @@ def test_text_loader_holds_out_the_validation_files(tmp_path, monkeypatch):
     assert set(other.eval_batches(1)[0]["input_ids"].flatten().tolist()) <= {ord("z"), 255}
 
 
-@pytest.mark.parametrize("key", ["optim.decay_steps", "logging.eval_every", "diloco.fragments", "data.eval_path"])
+@pytest.mark.parametrize("key", ["optim.schedule_steps", "logging.eval_every", "diloco.fragments", "data.eval_path"])
 def test_new_keys_are_in_the_schema(key, tmp_path):
     section, name = key.split(".")
     value = "x" if name == "eval_path" else 2
