@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", choices=("markov", "text"), default="markov",
                         help="markov: the CI default; text: reach DDP's held-out loss on natural text")
     parser.add_argument("--seeds", type=int, default=1, help="text task: seeds 0..N-1 (figures: the worst)")
+    parser.add_argument("--first-seed", type=int, default=0, help="text task: start the seeds here (one seed per run)")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="REPORT",
+                        help="text task: combine reports of the same settings on different seeds, run nothing")
     parser.add_argument("--eval-every", type=int, default=50, help="text task: held-out evaluation interval")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
                         help="text task: extra override for one method (tuning), e.g. high:diloco.inner_steps=50")
@@ -173,7 +176,14 @@ TEXT_QUICK_STEPS, TEXT_STEPS = 400, 1500
 
 
 def text_main(args) -> int:
-    from recipes.bench.text import print_text_table, run_text
+    from recipes.bench.text import merge_reports, print_text_table, run_text
+
+    if args.merge:
+        report = merge_reports([json.loads(f.read_text()) for f in args.merge])
+        print_text_table(report)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+        return 0
 
     methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
     methods = ["ddp", *[m for m in methods if m != "ddp"]]
@@ -195,7 +205,8 @@ def text_main(args) -> int:
         if earlier.get("ddp_steps") != steps or earlier.get("eval_every") != args.eval_every:
             raise SystemExit(f"--ddp-from {args.ddp_from}: its steps/eval interval differ from this run's")
         ddp_curves = {r["seed"]: r["methods"]["ddp"]["curve"] for r in earlier["runs"]}
-    report = run_text(methods, steps, list(range(args.seeds)), args.eval_every, 16,
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    report = run_text(methods, steps, seeds, args.eval_every, 16,
                       lambda name, o, workdir: torchrun(name, o, workdir), overrides, ddp_curves)
     if ddp_curves:
         report["ddp_from"] = str(args.ddp_from)

@@ -133,6 +133,24 @@ def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, 
             "methods": {name: worst_of(runs, name) for name in methods}, "runs": runs}
 
 
+def merge_reports(reports: list[dict]) -> dict:
+    """Reports of the same settings on different seeds (e.g. run one seed at a time) as one report."""
+    first = reports[0]
+    same = ("ddp_steps", "eval_every", "reach_run_steps")
+    for other in reports[1:]:
+        if any(other[k] != first[k] for k in same):
+            raise ValueError("these reports were run with different steps or evaluation intervals")
+    runs = sorted((r for rep in reports for r in rep["runs"]), key=lambda r: r["seed"])
+    seeds = [r["seed"] for r in runs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"a seed appears twice: {seeds}")
+    names = [n for n in first["methods"] if n != "none" and all(n in r["methods"] for r in runs)]
+    merged = {**first, "seeds": seeds, "runs": runs, "ddp_loss": sum(r["ddp_loss"] for r in runs) / len(runs),
+              "methods": {n: worst_of(runs, n) for n in names}, "merged_from": len(reports)}
+    merged["methods"]["none"] = {**merged["methods"]["ddp"], "same_as": "ddp"}
+    return merged
+
+
 def print_text_table(report: dict) -> None:
     print(f"text task: {report['ddp_steps']} steps x 2 workers (reach run {report['reach_run_steps']}), "
           f"seeds {report['seeds']}, DDP held-out loss {report['ddp_loss']:.4f}")

@@ -90,3 +90,21 @@ def test_new_keys_are_in_the_schema(key, tmp_path):
     value = "x" if name == "eval_path" else 2
     cfg = parse_config({"model": "gpt-neo", "size": "tiny"}, [f"{key}={value}"])
     assert getattr(getattr(cfg, section), name) == value
+
+
+def test_reports_of_one_seed_each_merge_into_the_worst_case():
+    from recipes.bench.text import merge_reports
+
+    def report(seed, losses):
+        ddp = _curve([2.9, 2.5, 2.45, 2.4], bytes_per_step=1000)
+        run = {"seed": seed, "ddp_loss": 2.5, "ddp_bytes": 100_000,
+               "methods": {"ddp": summarise("ddp", ddp, 100, 2.5, 100_000),
+                           "x": summarise("x", _curve(losses), 100, 2.5, 100_000)}}
+        return {"ddp_steps": 100, "eval_every": 50, "reach_run_steps": 200, "runs": [run],
+                "methods": {"ddp": {}, "x": {}, "none": {}}}
+
+    merged = merge_reports([report(1, [2.7, 2.6, 2.5, 2.4]), report(0, [2.6, 2.5, 2.4, 2.3])])
+    assert merged["seeds"] == [0, 1] and merged["methods"]["x"]["reach_step"] == 150
+    assert merged["methods"]["none"]["same_as"] == "ddp"
+    with pytest.raises(ValueError):
+        merge_reports([report(0, [2.6]), report(0, [2.6])])
