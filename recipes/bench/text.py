@@ -140,11 +140,18 @@ def merge_reports(reports: list[dict]) -> dict:
     for other in reports[1:]:
         if any(other[k] != first[k] for k in same):
             raise ValueError("these reports were run with different steps or evaluation intervals")
-    runs = sorted((r for rep in reports for r in rep["runs"]), key=lambda r: r["seed"])
+    by_seed: dict[int, dict] = {}
+    for run in (r for rep in reports for r in rep["runs"]):
+        known = by_seed.get(run["seed"])
+        if known is None:
+            by_seed[run["seed"]] = {**run, "methods": dict(run["methods"])}
+        elif known["methods"]["ddp"]["curve"] != run["methods"]["ddp"]["curve"]:
+            raise ValueError(f"seed {run['seed']} appears twice with different DDP runs")
+        else:  # more methods against the same DDP run (--ddp-from)
+            known["methods"].update({k: v for k, v in run["methods"].items() if k != "ddp"})
+    runs = [by_seed[s] for s in sorted(by_seed)]
     seeds = [r["seed"] for r in runs]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"a seed appears twice: {seeds}")
-    names = [n for n in first["methods"] if n != "none" and all(n in r["methods"] for r in runs)]
+    names = list(dict.fromkeys(n for r in runs for n in r["methods"] if all(n in o["methods"] for o in runs)))
     merged = {**first, "seeds": seeds, "runs": runs, "ddp_loss": sum(r["ddp_loss"] for r in runs) / len(runs),
               "methods": {n: worst_of(runs, n) for n in names}, "merged_from": len(reports)}
     merged["methods"]["none"] = {**merged["methods"]["ddp"], "same_as": "ddp"}

@@ -106,5 +106,12 @@ def test_reports_of_one_seed_each_merge_into_the_worst_case():
     merged = merge_reports([report(1, [2.7, 2.6, 2.5, 2.4]), report(0, [2.6, 2.5, 2.4, 2.3])])
     assert merged["seeds"] == [0, 1] and merged["methods"]["x"]["reach_step"] == 150
     assert merged["methods"]["none"]["same_as"] == "ddp"
+    more = report(0, [2.7, 2.45])
+    more["runs"][0]["methods"]["y"] = more["runs"][0]["methods"].pop("x")  # another method, same DDP run
+    merged = merge_reports([report(0, [2.6, 2.5]), more])
+    assert merged["seeds"] == [0] and set(merged["methods"]) == {"ddp", "x", "y", "none"}
+    assert merged["methods"]["y"]["reach_step"] == 100
+    other = report(0, [2.6, 2.5])
+    other["runs"][0]["methods"]["ddp"]["curve"] = _curve([2.8, 2.4])
     with pytest.raises(ValueError):
-        merge_reports([report(0, [2.6]), report(0, [2.6])])
+        merge_reports([report(0, [2.6, 2.5]), other])
