@@ -181,7 +181,7 @@ def dataset_cache_dir(cluster_config: dict) -> str | None:
     value = cluster_config.get("dataset_cache", DEFAULT_DATASET_CACHE)
     if value is False:
         return None
-    if not isinstance(value, str):
+    if not isinstance(value, str) or not value.startswith("/"):
         raise FieldError("dataset_cache", "an absolute path, or false", value,
                          "e.g. dataset_cache: /srv/geotrain-datasets")
     try:
