@@ -336,11 +336,17 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
 
 
 def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
-    """YAML for people: a Secret shows its keys only, never values."""
+    """YAML for people: a Secret shows its keys only, never values; the recipes ConfigMaps
+    a count of their files, not the source."""
     shown = []
     for manifest in manifests:
         if manifest["kind"] == "Secret":
             manifest = {**manifest, "stringData": {k: "<hidden>" for k in manifest["stringData"]}}
+        elif manifest["metadata"].get("labels", {}).get(delivery.PART_LABEL) == "recipes":
+            data = manifest["data"]
+            size = sum(len(v.encode()) for v in data.values())
+            manifest = {**manifest, "data": {"<recipes source>": f"{len(data)} files, {size} bytes "
+                                             "from the installed recipes package"}}
         shown.append(manifest)
     return yaml.dump_all(shown, Dumper=_ReadableDumper, sort_keys=False, width=100)
 

@@ -18,6 +18,7 @@ from core.bootstrap.session import CommandLog, NodeSession, StepFailed
 from core.cli import main
 from core.domain.images import UPSTREAM_IMAGES
 from core.domain.records import Node
+from core.errors import InvalidInput
 from core.state.node_records import add_nodes
 from core.state.store import Store
 from tests.bootstrap.local_shell import LocalShell
@@ -99,11 +100,11 @@ def test_a_real_failed_k3s_download_says_what_it_means(tmp_path, monkeypatch, ur
 
 
 def test_the_bundle_dir_is_checked_where_it_is_given(tmp_path):
-    with pytest.raises(Exception, match="air-gap bundle .* has no k3s binary"):
+    with pytest.raises(InvalidInput, match="air-gap bundle .* has no k3s binary"):
         failures.check_bundle(str(tmp_path), "air-gap bundle")
     (tmp_path / "k3s").write_bytes(b"\x7fELF")
     (tmp_path / "k3s-airgap-images-amd64.tar.zst").write_bytes(b"")
-    with pytest.raises(Exception, match="has k3s-airgap-images-amd64.tar.zst but not k3s-airgap-images-amd64.tar"):
+    with pytest.raises(InvalidInput, match="has k3s-airgap-images-amd64.tar.zst but not k3s-airgap-images-amd64.tar"):
         failures.check_bundle(str(tmp_path))
     (tmp_path / "k3s-airgap-images-amd64.tar").write_bytes(b"")
     assert failures.check_bundle(str(tmp_path)) == Path(tmp_path).resolve()

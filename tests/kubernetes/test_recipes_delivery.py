@@ -23,7 +23,7 @@ from core.domain.records import Cluster
 from core.errors import FieldError, InvalidInput
 from core.kubernetes import recipes_delivery as delivery
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.manifests import render_manifests
+from core.kubernetes.manifests import manifests_yaml, render_manifests
 from core.kubernetes.names import rocm_variant
 from core.kubernetes.node_groups import NodeGroup
 from core.kubernetes.pod_security import pod_specs, violations
@@ -116,6 +116,8 @@ def test_the_configmaps_rebuild_the_installed_recipes_package(tmp_path):
     got = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert got == expected and "recipes/train.py" in got
     assert (tmp_path / "recipes/train.py").read_bytes() == (root / "train.py").read_bytes()
+    shown = manifests_yaml(out)  # --dry-run: a count, not 200 KB of source
+    assert f"<recipes source>: {len(expected)} files" in shown and "def main(" not in shown
     # the projected tree is importable as the pods import it (a torch-free module)
     check = subprocess.run([sys.executable, "-c", "import recipes.schema, sys; print(recipes.schema.__file__)"],
                            cwd="/", env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
