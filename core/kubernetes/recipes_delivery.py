@@ -75,6 +75,10 @@ if not os.path.isfile(os.path.join(deps, ".complete")):
                       "(or set the cluster's pip_index_url to a mirror), or deploy with --image "
                       "and an image that has them", file=sys.stderr, flush=True)
                 sys.exit(1)
+            for name in os.listdir(part):  # the image's own torch and GPU libraries stay the ones used
+                if name.split("-")[0].split(".")[0].lower() in ("torch", "torchgen", "functorch", "triton") \
+                        or name.startswith("nvidia"):
+                    shutil.rmtree(os.path.join(part, name), ignore_errors=True)
             open(os.path.join(part, ".complete"), "w").close()
             shutil.rmtree(deps, ignore_errors=True)
             os.rename(part, deps)

@@ -164,19 +164,22 @@ def test_the_configmaps_are_created_and_deleted_with_the_workspace(fake, tmp_pat
 
 
 # --- the dependency install, run for real ---------------------------------------------------
-def _wheel(directory: Path) -> Path:
+def _wheel(directory: Path, module: str = "geotrain_tinydep", body: str = "VALUE = 42\n",
+           requires: str = "") -> Path:
     """A tiny pure-Python wheel (what PyPI would serve), built by hand: no network, no build."""
-    name = "geotrain_tinydep-0.1-py3-none-any.whl"
-    files = {"geotrain_tinydep/__init__.py": "VALUE = 42\n",
-             "geotrain_tinydep-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: geotrain-tinydep\nVersion: 0.1\n",
-             "geotrain_tinydep-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    info = f"{module}-0.1.dist-info"
+    files = {f"{module}/__init__.py": body,
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n"
+                                 + (f"Requires-Dist: {requires}\n" if requires else ""),
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
                      f"{len(t.encode())}\n" for p, t in files.items())
-    with zipfile.ZipFile(directory / name, "w") as whl:
-        for path, text in files.items():
-            whl.writestr(path, text)
-        whl.writestr("geotrain_tinydep-0.1.dist-info/RECORD", record + "geotrain_tinydep-0.1.dist-info/RECORD,,\n")
-    return directory / name
+    path = directory / f"{module}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+        whl.writestr(f"{info}/RECORD", record + f"{info}/RECORD,,\n")
+    return path
 
 
 def _install(deps: Path, requirement: str) -> subprocess.Popen:
@@ -199,6 +202,25 @@ def test_two_pods_on_a_node_install_the_dependencies_once_and_both_use_them(tmp_
     assert (deps / ".complete").is_file() and not (deps.parent / (deps.name + ".part")).exists()
     later = _install(deps, "no-such-package-anywhere")  # the cache is used: pip is not asked
     assert later.communicate(timeout=60)[0].strip().endswith("value 42") and later.returncode == 0
+
+
+def test_a_dependency_that_pulls_torch_leaves_the_image_s_torch_in_charge(tmp_path):
+    """pip --target installs dependencies of dependencies, torch too if one asked for it: the
+    image's own torch (CUDA or ROCm build) must stay the one imported."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "torch", "raise ImportError('the stand-in torch from PyPI was imported')\n")
+    wheel = _wheel(wheels, requires="torch")
+    deps = tmp_path / "pydeps" / "k"
+    script = (f"py={sys.executable}\n" + delivery.INSTALL_DEPS +
+              'exec "$py" -c "import geotrain_tinydep, importlib.util as u; print(\'torch from\', u.find_spec(\'torch\').origin)"')
+    env = {"PATH": os.environ["PATH"], "GEOTRAIN_DEPS_DIR": str(deps), "PYTHONPATH": str(deps),
+           "GEOTRAIN_REQUIREMENTS": f"--find-links={wheels} {wheel}", "PIP_NO_INDEX": "1", "HOME": str(tmp_path)}
+    done = subprocess.run(["/bin/sh", "-c", script], env=env, text=True, capture_output=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("torch from")]
+    assert str(deps) not in line and line.endswith("torch/__init__.py")  # the image's (here: this venv's)
+    assert (deps / "geotrain_tinydep").is_dir() and not list(deps.glob("torch*"))
 
 
 def test_a_failed_install_says_what_to_do_and_leaves_no_half_cache(tmp_path):
