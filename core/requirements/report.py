@@ -54,10 +54,14 @@ class Report:
     def summary(self) -> str:
         if self.failures:
             return (f"{len(self.failures)} requirement{'s' if len(self.failures) != 1 else ''} "
-                    f"not met ({len(self.passed)} met): nothing was submitted")
+                    f"not met, {len(self.passed)} met: nothing was submitted")
         if self.unknown:
             return f"{len(self.passed)} requirements met, {len(self.unknown)} not checked"
         return f"all {len(self.passed)} requirements met"
+
+    def ignoring_briefly(self) -> str:
+        """What --force would ignore, by check and node (the table has the numbers)."""
+        return ", ".join(f"{f.check} on {f.node}" for f in self.failures)
 
     def ignoring(self) -> str:
         """For --force: what the user goes on without, in one line."""

@@ -21,7 +21,7 @@ TIMEOUT_S = 5.0
 _JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")
 _SECRET = re.compile(r"[\w-]+")
 NEEDED = "a valid W&B API key"
-WHERE = "copy the key from https://wandb.ai/authorize (or leave it out: runs stay offline, syncable later)"
+WHERE = "paste the key from wandb.ai/authorize, or none (runs stay offline)"
 
 
 def format_problem(key: str) -> str | None:
@@ -34,7 +34,7 @@ def format_problem(key: str) -> str | None:
     if not _SECRET.fullmatch(secret):
         return "has characters other than letters, digits, _ and -"
     if len(secret) < 40:
-        return f"{len(secret)} characters where 40 or more are expected"
+        return f"{len(secret)} characters, 40+ expected"
     return None
 
 
@@ -45,7 +45,7 @@ def base_url() -> str:
 def check_wandb_key(key: str) -> Finding:
     problem = format_problem(key)
     if problem:
-        return Finding(ALL_NODES, "W&B key", f"malformed: {problem}", NEEDED, WHERE)
+        return Finding(ALL_NODES, "W&B key", f"malformed ({problem})", NEEDED, WHERE)
     server = base_url()
     request = urllib.request.Request(
         f"{server}/graphql", method="POST",

@@ -125,7 +125,7 @@ def test_granted_imagenet_and_a_valid_key_deploy_without_a_table(cluster, fake, 
 
 
 @pytest.mark.parametrize("key, found", [
-    ("abc123", "malformed: 6 characters where 40 or more are expected"),
+    ("abc123", "malformed (6 characters, 40+ expected)"),
     ("local-" + "z" * 40, "refused by {wandb} (HTTP 401)"),
 ])
 def test_bad_wandb_key_is_a_table_and_nothing_is_submitted(wandb_api, capsys, key, found):

@@ -197,7 +197,7 @@ class DeployScreen(GeotrainScreen):
     def _requirements_unmet(self, message: RequirementsUnmet) -> None:
         self._show_requirements(message)
         self._problem(f"{message.report.summary()}. Fix them, or press ctrl+s again to deploy anyway, "
-                      f"ignoring: {message.report.ignoring()}")
+                      f"ignoring {message.report.ignoring_briefly()}.")
 
     def _show_requirements(self, unmet: RequirementsUnmet | None) -> None:
         self.unmet = unmet

@@ -9,8 +9,6 @@ from textual.widgets import DataTable
 
 from core.requirements.report import COLUMNS, FAIL, Report
 
-_TODO_WIDTH = 60
-
 
 class RequirementsTable(DataTable):
     DEFAULT_CSS = "RequirementsTable { height: auto; max-height: 12; display: none; }"
@@ -20,7 +18,7 @@ class RequirementsTable(DataTable):
 
     def on_mount(self) -> None:
         for name in COLUMNS:
-            self.add_column(name, key=name, width=_TODO_WIDTH if name == "what to do" else None)
+            self.add_column(name, key=name)
 
     def show(self, report: Report | None) -> None:
         """Fill with the report's rows (hide when there are none)."""
