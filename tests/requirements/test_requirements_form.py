@@ -74,3 +74,18 @@ def test_table_text_from_nodes_is_shown_literally():
             table.show(None)
             assert not table.display
     asyncio.run(run())
+
+
+def test_n_deploys_the_default_only_when_its_requirements_are_met(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "not-a-key")
+    service = WorkspaceService()
+    app = make_app(service, **states.app_options())
+
+    async def run():
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.press("n")
+            await until(pilot, lambda: any("Not deployed" in n.message for n in app._notifications))
+            shown = next(n.message for n in app._notifications if "Not deployed" in n.message)
+            assert "1 requirement not met" in shown and "W&B key on all nodes" in shown
+            assert service.list(refresh=False) == []
+    asyncio.run(run())
