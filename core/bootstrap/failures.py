@@ -72,3 +72,20 @@ def check_bundle(text: str, field: str = "--k3s-bundle") -> Path:
                                f"`ctr images import` does not decompress; add the release's "
                                f"plain {plain.name}")
     return bundle.resolve()
+
+
+# kubectl's words when it cannot fetch a manifest by URL (the server has no way out)
+UNREACHABLE = ("no such host", "dial tcp", "i/o timeout", "connection refused", "network is unreachable",
+               "unable to read url", "tls handshake timeout", "temporary failure in name resolution")
+
+
+def apply_failure(what: str, result: Result, session: NodeSession, downloaded: bool) -> str:
+    """The message of a failed `kubectl apply -f URL`: kubectl's last line, and where the URL
+    could not be reached, the local copy that avoids it."""
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    detail = redact(lines[-1], session.secrets) if lines else f"exit code {result.exit_code}"
+    text = f"{what} failed: {detail}"
+    if downloaded and any(word in detail.lower() for word in UNREACHABLE):
+        text += ("; the server cannot fetch the manifest: download volcano-development.yaml on a "
+                 "machine with internet and pass it with `--volcano-manifest FILE`")
+    return text

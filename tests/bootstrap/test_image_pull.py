@@ -108,3 +108,18 @@ def test_the_bundle_dir_is_checked_where_it_is_given(tmp_path):
         failures.check_bundle(str(tmp_path))
     (tmp_path / "k3s-airgap-images-amd64.tar").write_bytes(b"")
     assert failures.check_bundle(str(tmp_path)) == Path(tmp_path).resolve()
+
+
+def test_a_volcano_manifest_the_server_cannot_fetch_names_the_local_copy():
+    from core.bootstrap.session import Result
+
+    session = NodeSession("gpu0", None, None, CommandLog(), [], dry_run=True)
+    offline = Result(1, "", 'error: unable to read URL "https://raw.githubusercontent.com/volcano-sh/volcano/'
+                            'v1.11.2/installer/volcano-development.yaml", server reported 0 , status code=0\n'
+                            "Get: dial tcp: lookup raw.githubusercontent.com: no such host\n")
+    text = failures.apply_failure("applying the Volcano manifest", offline, session, downloaded=True)
+    assert text.startswith("applying the Volcano manifest failed: Get: dial tcp: lookup")
+    assert "--volcano-manifest FILE" in text
+    refused = Result(1, "", 'Error from server (Forbidden): admission webhook denied the request\n')
+    assert "--volcano-manifest" not in failures.apply_failure("applying", refused, session, downloaded=True)
+    assert "--volcano-manifest" not in failures.apply_failure("applying", offline, session, downloaded=False)
