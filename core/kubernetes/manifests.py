@@ -37,7 +37,7 @@ RDZV_CONF = (f"join_timeout={RDZV_JOIN_TIMEOUT_S},read_timeout=120,last_call_tim
 CONFIG_DIR = "/etc/geotrain"
 WORK_DIR = "/workspace"  # an emptyDir: checkpoints outlive a container restart, so torchrun resumes
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
-POD_UID = 1000  # the image's `trainer` user (recipes/Dockerfile)
+POD_UID = 1000  # recipes/Dockerfile's `trainer`; on the upstream images a uid of its own (recipes_delivery)
 # Host groups owning /dev/kfd and /dev/dri on Ubuntu/Debian (video 44, render 109 on 22.04+);
 # a cluster whose nodes differ sets `amd_device_gids` in its config.
 AMD_DEVICE_GIDS = (44, 109)

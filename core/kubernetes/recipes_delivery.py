@@ -16,7 +16,9 @@ A team's own image gets none of this: it carries recipes and dependencies itself
 Every pod, on any image, gets the per-node dataset cache (cluster `dataset_cache`, default
 /var/lib/geotrain/datasets, checked like recovery.host_path) at DATASET_MOUNT: the HF
 caches and the recipes' tokenised data (`data.cache_dir`, keyed by data source) live
-there, so a later workspace on the node reuses what an earlier one prepared.
+there, so a later workspace on the node reuses what an earlier one prepared. The cache is
+shared on purpose, so the workspaces of one cluster trust each other's prepared data (unlike
+checkpoints, which each workspace keeps to itself); `dataset_cache: false` turns it off.
 """
 
 from __future__ import annotations
@@ -247,7 +249,10 @@ def add_delivery(pod: dict[str, Any], container: dict[str, Any], image: str, del
     env += [{"name": "PYTHONPATH", "value": f"{SOURCE_DIR}:{deps}"},
             {"name": "GEOTRAIN_DEPS_DIR", "value": deps},
             {"name": "GEOTRAIN_REQUIREMENTS", "value": " ".join(REQUIREMENTS)},
-            {"name": "HOME", "value": "/workspace"}]
+            # uid 1000 has no passwd entry in the upstream images: getpass.getuser() (wandb,
+            # torch's caches) reads these first, and pip needs a writable home
+            {"name": "HOME", "value": "/workspace"}, {"name": "USER", "value": "geotrain"},
+            {"name": "LOGNAME", "value": "geotrain"}]
     index = cluster_config.get("pip_index_url")
     if index:
         env.append({"name": "PIP_INDEX_URL", "value": _index_url(index)})

@@ -73,6 +73,7 @@ def test_the_pods_run_the_upstream_image_with_the_recipes_on_their_python_path(j
         env = _env(pod)
         assert env["PYTHONPATH"].split(":")[0] == delivery.SOURCE_DIR
         assert env["GEOTRAIN_DEPS_DIR"].startswith(delivery.DEPS_MOUNT + "/")
+        assert env["HOME"] == "/workspace" and env["USER"] == "geotrain"  # uid 1000 has no passwd entry
         mounts = {m["name"]: m for m in _trainer(pod)["volumeMounts"]}
         assert mounts["recipes-src"] == {"name": "recipes-src", "mountPath": delivery.SOURCE_DIR, "readOnly": True}
         script = _trainer(pod)["command"][2]
