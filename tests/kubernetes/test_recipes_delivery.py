@@ -185,7 +185,8 @@ def _wheel(directory: Path, module: str = "geotrain_tinydep", body: str = "VALUE
 
 def _install(deps: Path, requirement: str) -> subprocess.Popen:
     script = (f"py={sys.executable}\n" + delivery.INSTALL_DEPS +
-              'exec "$py" -c "import geotrain_tinydep as t; print(\'value\', t.VALUE)"')
+              'exec "$py" -c "import geotrain_tinydep as t, importlib.util as u; '
+              'print(\'torch from\', u.find_spec(\'torch\').origin); print(\'value\', t.VALUE)"')
     env = {"PATH": os.environ["PATH"], "GEOTRAIN_DEPS_DIR": str(deps), "GEOTRAIN_REQUIREMENTS": requirement,
            "PYTHONPATH": str(deps), "PIP_NO_INDEX": "1", "HOME": str(deps.parent)}
     return subprocess.Popen(["/bin/sh", "-c", script], env=env, text=True,
@@ -193,35 +194,23 @@ def _install(deps: Path, requirement: str) -> subprocess.Popen:
 
 
 def test_two_pods_on_a_node_install_the_dependencies_once_and_both_use_them(tmp_path):
+    """Also: pip --target installs dependencies of dependencies, torch too if one asks for it;
+    the image's own torch (its CUDA or ROCm build) must stay the one imported."""
     deps = tmp_path / "pydeps" / delivery.deps_key(UPSTREAM_IMAGES["cpu"])
-    wheel = _wheel(tmp_path)
-    pods = [_install(deps, str(wheel)) for _ in range(2)]
+    _wheel(tmp_path, "torch", "raise ImportError('the stand-in torch from PyPI was imported')\n")
+    wheel = _wheel(tmp_path, requires="torch")
+    pods = [_install(deps, f"--find-links={tmp_path} {wheel}") for _ in range(2)]
     outputs = [p.communicate(timeout=120)[0] for p in pods]
     assert [p.returncode for p in pods] == [0, 0], outputs
     assert all("value 42" in out for out in outputs)
+    for out in outputs:
+        (line,) = [x for x in out.splitlines() if x.startswith("torch from")]
+        assert str(deps) not in line and line.endswith("torch/__init__.py")  # the image's (here: this venv's)
+    assert (deps / "geotrain_tinydep").is_dir() and not list(deps.glob("torch*"))
     assert sum("installing the recipes' Python dependencies" in out for out in outputs) == 1
     assert (deps / ".complete").is_file() and not (deps.parent / (deps.name + ".part")).exists()
     later = _install(deps, "no-such-package-anywhere")  # the cache is used: pip is not asked
     assert later.communicate(timeout=60)[0].strip().endswith("value 42") and later.returncode == 0
-
-
-def test_a_dependency_that_pulls_torch_leaves_the_image_s_torch_in_charge(tmp_path):
-    """pip --target installs dependencies of dependencies, torch too if one asked for it: the
-    image's own torch (CUDA or ROCm build) must stay the one imported."""
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    _wheel(wheels, "torch", "raise ImportError('the stand-in torch from PyPI was imported')\n")
-    wheel = _wheel(wheels, requires="torch")
-    deps = tmp_path / "pydeps" / "k"
-    script = (f"py={sys.executable}\n" + delivery.INSTALL_DEPS +
-              'exec "$py" -c "import geotrain_tinydep, importlib.util as u; print(\'torch from\', u.find_spec(\'torch\').origin)"')
-    env = {"PATH": os.environ["PATH"], "GEOTRAIN_DEPS_DIR": str(deps), "PYTHONPATH": str(deps),
-           "GEOTRAIN_REQUIREMENTS": f"--find-links={wheels} {wheel}", "PIP_NO_INDEX": "1", "HOME": str(tmp_path)}
-    done = subprocess.run(["/bin/sh", "-c", script], env=env, text=True, capture_output=True, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (line,) = [x for x in done.stdout.splitlines() if x.startswith("torch from")]
-    assert str(deps) not in line and line.endswith("torch/__init__.py")  # the image's (here: this venv's)
-    assert (deps / "geotrain_tinydep").is_dir() and not list(deps.glob("torch*"))
 
 
 def test_a_failed_install_says_what_to_do_and_leaves_no_half_cache(tmp_path):
