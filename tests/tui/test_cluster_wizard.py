@@ -84,7 +84,7 @@ def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hos
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            picker = await _open_wizard(pilot, 1)
+            await _open_wizard(pilot, 1)
             await pilot.press("space", "enter", "enter")
             await until(pilot, lambda: "preflight" in app.screen.outcomes, 120)
             table = app.screen.query_one("#preflight-table", ProgressTable)
