@@ -86,7 +86,9 @@ class Trainer:
             return None
         if self.membership is not None or not self.rt.distributed:
             raise topology.TopologyError("hierarchical DiLoCo needs one torchrun group (not the elastic pool)")
-        say(self.rt.rank, f"hierarchical DiLoCo: {place.describe()}")
+        say(self.rt.rank, f"hierarchical DiLoCo: {place.describe()}"
+                          + (" (overlap is off: the exchange between datacenters is synchronous)"
+                             if self.cfg.diloco.overlap else ""))
         lan, self.wire = hierarchical.groups(place)
         return lan
 
