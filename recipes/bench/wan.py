@@ -3,6 +3,7 @@
     sudo python -m recipes.bench --wan --quick --json wan.json      # CI size, ~4 min on 2 cores
     sudo python -m recipes.bench.wan --size wan --steps 1000 --json wan.json
     sudo python -m recipes.bench.wan --size wan --steps 50 --rtt-ms 100 --window-kb 256 --methods ddp ddp-4streams
+    sudo python -m recipes.bench --wan --quick --datacenters 3 --workers-per-dc 2 --methods ddp high --json w.json
 
 Each datacenter is a network namespace (recipes/bench/netns.py) with one worker, or with
 `--workers-per-dc M` M workers on its own LAN (the namespace's local routes, unshaped)
