@@ -11,6 +11,7 @@ from recipes.algorithms.exchange import FullPrecisionExchange, QuantizedExchange
 from recipes.algorithms.hierarchical import HierarchicalDiLoCo, HierarchicalExchange
 from recipes.config import Compression
 from recipes.schema import TrainConfig
+from recipes.topology import TopologyError
 from recipes.distributed import Wire
 
 
@@ -41,7 +42,7 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
 
 def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wire, numel: int):
     if comp.algorithm == "demo":
-        raise ValueError("DeMo has no hierarchical exchange: use a diloco preset with datacenters > 1")
+        raise TopologyError("DeMo has no exchange between datacenters: use a diloco preset, or datacenters: 1")
     exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback)
     return HierarchicalDiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
                               outer_momentum=comp.outer_momentum)
