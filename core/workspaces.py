@@ -67,6 +67,8 @@ class WorkspaceService:
         config = base.get("config") or recipe_catalog.default_config(fields["model"], fields["size"])
         config.update(model=fields["model"], size=fields["size"],
                       gradient_compression=fields["preset"], steps=fields["steps"])
+        if any(item.partition("=")[0].strip() == "datacenters" for item in req.sets):
+            config.setdefault("datacenters", 1)  # a schema key the shipped configs leave at its default
         for item in req.sets:
             key, sep, value = item.partition("=")
             if not sep or not key:
@@ -109,6 +111,10 @@ class WorkspaceService:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             raise FieldError(first.path, first.expected, first.found,
                              (first.hint or "fix the value") + more)
+        datacenters = spec.config.get("datacenters", 1)
+        if isinstance(datacenters, int) and datacenters > 1 and spec.workers % datacenters:
+            raise InvalidInput(f"{spec.workers} workers do not split evenly into {datacenters} datacenters",
+                               f"use --workers a multiple of {datacenters}, or another --datacenters")
 
     # lifecycle --------------------------------------------------------------
     def backend(self, cluster_name: str) -> Backend:

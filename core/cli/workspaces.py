@@ -34,6 +34,8 @@ def register(groups) -> None:
                    help=f"one of: {', '.join(recipe_catalog.presets())}")
     p.add_argument("--workers", type=int)
     p.add_argument("--steps", type=int)
+    p.add_argument("--datacenters", type=int, metavar="K",
+                   help="split the workers evenly into K datacenters: hierarchical DiLoCo (same as --set datacenters=K)")
     p.add_argument("--image", help="container image (Kubernetes clusters)")
     p.add_argument("--wandb-token", help="W&B API key (or WANDB_API_KEY; offline without)")
     p.add_argument("--hf-token", help="Hugging Face token (or HF_TOKEN)")
@@ -121,7 +123,7 @@ def cmd_deploy(args) -> int:
     service = WorkspaceService()
     req = DeployRequest(cluster=args.cluster, model=args.model, size=args.size, preset=args.preset,
                         workers=args.workers, steps=args.steps, image=args.image,
-                        sets=tuple(args.sets))
+                        sets=tuple(args.sets) + ((f"datacenters={args.datacenters}",) if args.datacenters is not None else ()))
     if args.config:
         req.config_text = read_config_file(args.config)
         req.config_source = args.config

@@ -58,6 +58,8 @@ class LocalBackend(Backend):
         preset = spec.config.get("gradient_compression") or spec.preset
         algorithm = presets().get(preset, {}).get("algorithm", "ddp")
         elastic = RecoverySettings.from_dict(spec.recovery).is_elastic(algorithm, spec.workers)
+        if spec.config.get("datacenters", 1) != 1:
+            elastic = False  # hierarchical DiLoCo: one torchrun group (datacenter sub-groups); a lost worker restarts it
         return "elastic" if elastic else "group"
 
     def _argv(self, spec: WorkspaceSpec, config_path: Path) -> list[str]:
@@ -80,7 +82,9 @@ class LocalBackend(Backend):
         argv = self._argv(spec, config_path)
         if self._mode(spec) == "elastic":
             argv = self._worker_argv(config_path)
-        text = (f"# local workspace {workspace_id}: {spec.workers} workers on this machine "
+        dcs = spec.config.get("datacenters", 1)
+        layout = f", {dcs} datacenters x {spec.workers // dcs}" if isinstance(dcs, int) and dcs > 1 else ""
+        text = (f"# local workspace {workspace_id}: {spec.workers} workers{layout} on this machine "
                 f"({'NCCL' if _cuda_available() else 'gloo on CPU'}, {self._mode(spec)})\n"
                 f"cd {shlex.quote(str(self.run_dir(workspace_id)))}\n{shlex.join(argv)}\n")
         return LaunchPlan(text, yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
