@@ -169,7 +169,7 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
     for status in (Status.PULLING, Status.PREPARING_DATA):
         if status.value in by_status:
             return status.value, listed(status)
-    running = by_status.get(Status.RUNNING.value, [])
+    running = by_status.get(Status.RUNNING.value, []) + by_status.get(Status.COMPLETED.value, [])
     behind = [name for name in got if name not in running]
     if running and not behind:
         return Status.RUNNING.value, ""
