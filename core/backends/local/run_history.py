@@ -77,6 +77,16 @@ class RunHistory:
             fh.write(json.dumps(record) + "\n")
         return record
 
+    def starting(self) -> None:
+        """The supervisor is (re)starting the workers: PENDING until they speak (this also tells
+        the backend that states come from here, not from the mere presence of output)."""
+        with self.phase_lock:
+            self.phases.clear()
+            write_atomically(self.phase_path, json.dumps({"status": Status.PENDING.value,
+                                                          "reason": "starting the workers",
+                                                          "workers": {}, "at": time.time()}))
+            self.state = (Status.PENDING.value, "starting the workers")
+
     def worker_line(self, worker: str, text: str) -> None:
         """Called for every line a worker prints."""
         self._follow_phase(worker, text)

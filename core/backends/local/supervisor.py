@@ -105,6 +105,7 @@ def run(run_dir: Path) -> int:
             values.append(value)
     write_atomically(run_dir / "supervisor.pid", str(os.getpid()))
     history = RunHistory(run_dir, int(launch.get("workers", 1)))
+    history.starting()
 
     def stop(signum, _frame):
         kill_all(workspace_processes(launch["workspace_id"]), 10)
