@@ -52,10 +52,10 @@ def data_detail(event: dict) -> str:
     source = event.get("source") or "data"
     stage = event.get("stage")
     if stage == "done":
-        amount = f"{_n(event['done'])} {event.get('unit', 'items')}" if "done" in event else "ready"
+        amount = f": {_n(event['done'])} {event.get('unit', 'items')}" if "done" in event else ""
         how = " from the cache" if event.get("cached") else ""
         took = f" in {event['seconds']}s" if isinstance(event.get("seconds"), (int, float)) else ""
-        return f"{source}: {amount}{how}{took}"
+        return f"{source}{amount}{how}{took}"
     done, total, unit = event.get("done"), event.get("total"), event.get("unit", "items")
     if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total > 0:
         return f"{source}: {_n(done)} of {_n(total)} {unit} ({min(100, int(100 * done / total))}%)"

@@ -27,7 +27,7 @@ SAMPLES = {
              ({"stage": "done", "source": "c4", "unit": "tokens", "done": 40000, "cached": True,
                "seconds": 0.01}, "data ready: c4: 40,000 tokens from the cache in 0.01s"),
              ({"stage": "done", "source": "markov", "unit": "items", "cached": False, "seconds": 0.0},
-              "data ready: markov: ready in 0.0s")],
+              "data ready: markov in 0.0s")],
     "rendezvous": [({"stage": "waiting", "rank": 0, "world": 3}, "waiting for peers: rank 0 of 3"),
                    ({"stage": "waiting", "rank": 0, "world": 3, "missing": [1, 2]},
                     "waiting for peers: rank 0 of 3, waiting for rank 1, 2"),
