@@ -112,8 +112,6 @@ def readable(line: str) -> str | None:
 
 
 # phases ------------------------------------------------------------------------
-ACTIVE_ORDER = (Status.PULLING, Status.PREPARING_DATA, Status.RENDEZVOUS, Status.RUNNING)
-
 
 @dataclass
 class WorkerPhase:
@@ -121,7 +119,6 @@ class WorkerPhase:
 
     status: str = Status.PENDING.value
     detail: str = ""
-    data_done: bool = False
     step: int | None = None
 
     def feed(self, line: str) -> bool:
@@ -142,9 +139,8 @@ class WorkerPhase:
         if self.status == Status.RUNNING.value and kind in ("data", "rendezvous"):
             return  # a late report from a worker that already trains
         if kind == "data":
-            self.data_done = event.get("stage") == "done"
             self.status = Status.PREPARING_DATA.value
-            self.detail = ("data ready: " if self.data_done else "preparing ") + data_detail(event)
+            self.detail = ("data ready: " if event.get("stage") == "done" else "preparing ") + data_detail(event)
         elif kind == "rendezvous":
             self.status = Status.RENDEZVOUS.value
             self.detail = "joined the group" if event.get("stage") == "joined" else "waiting for peers"
@@ -174,7 +170,8 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
     if running and not behind:
         return Status.RUNNING.value, ""
     if running:
-        return Status.RUNNING.value, f"{len(running)} of {len(got)} training; not yet: {', '.join(sorted(behind, key=natural_key))}"
+        behind = sorted(behind, key=natural_key)
+        return Status.RUNNING.value, f"{len(running)} of {len(got)} training; not yet: {', '.join(behind)}"
     present = by_status.get(Status.RENDEZVOUS.value, [])
     if present:
         missing = sorted((name for name in got if name not in present), key=natural_key)
