@@ -80,9 +80,12 @@ def describe(event: dict) -> str:
         if event.get("stage") == "joined":
             took = f" in {event['seconds']}s" if isinstance(event.get("seconds"), (int, float)) else ""
             return f"rendezvous done: {who}{of}{took}"
+        text = "waiting for peers" + (f": {who}{of}" if rank is not None else "")
         missing = event.get("missing")
-        waits = f", waiting for rank {_ranks(missing)}" if missing else ""
-        return f"waiting for peers: {who}{of}{waits}"
+        if missing:
+            ints = isinstance(missing, list) and all(isinstance(m, int) for m in missing)
+            text += f", missing {'rank ' if ints else ''}{_ranks(missing)}"
+        return text + (f" (at {event['endpoint']})" if event.get("endpoint") else "")
     if kind in ("joined", "rejoined"):
         text = f"{kind}: {who}"
         if event.get("step") is not None:
@@ -143,7 +146,9 @@ class WorkerPhase:
             self.detail = ("data ready: " if event.get("stage") == "done" else "preparing ") + data_detail(event)
         elif kind == "rendezvous":
             self.status = Status.RENDEZVOUS.value
-            self.detail = "joined the group" if event.get("stage") == "joined" else "waiting for peers"
+            missing = event.get("missing")
+            waiting = f"waiting for {_ranks(missing)}" if missing else "waiting for peers"
+            self.detail = "joined the group" if event.get("stage") == "joined" else waiting
         elif kind in ("joined", "rejoined"):
             self.status, self.detail = Status.RENDEZVOUS.value, "joined, starting to train"
 

@@ -30,7 +30,9 @@ SAMPLES = {
               "data ready: markov in 0.0s")],
     "rendezvous": [({"stage": "waiting", "rank": 0, "world": 3}, "waiting for peers: rank 0 of 3"),
                    ({"stage": "waiting", "rank": 0, "world": 3, "missing": [1, 2]},
-                    "waiting for peers: rank 0 of 3, waiting for rank 1, 2"),
+                    "waiting for peers: rank 0 of 3, missing rank 1, 2"),
+                   ({"stage": "waiting", "missing": ["master"], "endpoint": "gt-ws-master-0.gt-ws:29400"},
+                    "waiting for peers, missing master (at gt-ws-master-0.gt-ws:29400)"),
                    ({"stage": "joined", "rank": 1, "world": 3, "seconds": 0.4},
                     "rendezvous done: rank 1 of 3 in 0.4s")],
     "joined": [({"rank": 2, "reason": "start", "step": 0, "outer_step": 0, "source": 0, "members": [0, 1, 2]},
@@ -98,6 +100,9 @@ def test_a_worker_goes_through_data_rendezvous_running_and_ignores_late_reports(
     assert worker.status == "RUNNING" and worker.step == 5
     assert not worker.feed(line("rendezvous", stage="waiting", rank=0, world=2))  # a rejoin while training
     assert worker.status == "RUNNING"
+    pod = WorkerPhase()  # a pod's wait for its master, before torchrun starts
+    assert pod.feed(line("rendezvous", stage="waiting", missing=["master"], endpoint="m:29400"))
+    assert (pod.status, pod.detail) == ("RENDEZVOUS", "waiting for master")
 
 
 def test_the_workspace_state_names_who_holds_it_up():
