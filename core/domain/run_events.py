@@ -19,6 +19,7 @@ EVENT_PREFIX = "geotrain-event "
 STEP_LINE = re.compile(r"\bstep (\d+)/(\d+)\b")
 MARK = "▸ "  # what an event's readable line starts with, in the log view and `workspaces logs`
 MAX_EVENT_CHARS = 4000  # an event is small; a longer line is not one of ours
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _PREFIX = re.compile(r"\[default\d+\]:|\[rank \d+\]")  # torchrun's --tee prefix, or ours
 
 
@@ -109,9 +110,10 @@ def describe(event: dict) -> str:
 
 
 def readable(line: str) -> str | None:
-    """The readable form of an event line; None when the line is not a well-formed event."""
+    """The readable form of an event line, on one line (control characters a value decoded to
+    — newlines, escape sequences — become spaces); None when it is not a well-formed event."""
     event = parse_event(line)
-    return describe(event) if event is not None else None
+    return _CONTROL.sub(" ", describe(event)) if event is not None else None
 
 
 # phases ------------------------------------------------------------------------
@@ -130,6 +132,7 @@ class WorkerPhase:
         event = parse_event(line)
         if event is not None:
             self._event(event)
+            self.detail = _CONTROL.sub(" ", self.detail)
         elif self.status != Status.RUNNING.value or self.step is None:
             match = STEP_LINE.search(line)
             if match:

@@ -84,6 +84,8 @@ def test_prefixed_events_and_unknown_kinds_still_read():
         "recovered from step 8: rank 1 loaded its newest checkpoint"
     assert run_events.readable(line("checkpoint_uploaded", step=100, repo="[bold]x[/]")) == \
         "checkpoint_uploaded: step 100, repo [bold]x[/]"  # plain text: the views never parse markup
+    assert run_events.readable(line("resumed", rank="1\n\x1b[31mfake line", step=2)) == \
+        "recovered from step 2: rank 1  [31mfake line loaded its newest checkpoint"  # one line, no escapes
 
 
 def test_a_worker_goes_through_data_rendezvous_running_and_ignores_late_reports():
@@ -100,6 +102,9 @@ def test_a_worker_goes_through_data_rendezvous_running_and_ignores_late_reports(
     assert worker.status == "RUNNING" and worker.step == 5
     assert not worker.feed(line("rendezvous", stage="waiting", rank=0, world=2))  # a rejoin while training
     assert worker.status == "RUNNING"
+    odd = WorkerPhase()
+    odd.feed(line("data", stage="start", source="c4\nstep 9/9"))
+    assert odd.detail == "preparing c4 step 9/9: starting" and odd.status == "PREPARING_DATA"
     pod = WorkerPhase()  # a pod's wait for its master, before torchrun starts
     assert pod.feed(line("rendezvous", stage="waiting", missing=["master"], endpoint="m:29400"))
     assert (pod.status, pod.detail) == ("RENDEZVOUS", "waiting for master")
