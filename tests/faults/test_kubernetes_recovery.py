@@ -71,7 +71,8 @@ def test_a_failed_pod_gets_the_workspace_recovered(fake, kubeconfig, capsys):  #
     ws = service.deploy(spec, {})
     job = f"gt-{ws.id}"
     first_uid = fake.objects[("jobs", "default", job)]["metadata"]["uid"]
-    master, worker = fake.add_pod(job, "master", 0), fake.add_pod(job, "worker", 0)
+    fake.add_pod(job, "master", 0)
+    worker = fake.add_pod(job, "worker", 0)
     fake.set_job_phase(job, "Running")
     assert service.status(ws.id).status == "RENDEZVOUS"  # both started, no training step yet
     assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == first_uid  # healthy: untouched

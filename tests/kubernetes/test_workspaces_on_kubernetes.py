@@ -13,7 +13,6 @@ import pytest
 
 from core.state import paths
 
-from core.domain import recipe_catalog
 from core.domain.records import WorkspaceSpec
 from core.workspaces import WorkspaceService
 from tests.kubernetes.conftest import run
