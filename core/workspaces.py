@@ -208,7 +208,7 @@ class WorkspaceService:
         """Ask the backend for the live status and remember it (and the last loss)."""
         backend = self.backend(ws.cluster)
         state = backend.status(ws.id)
-        if state.status in (Status.FAILED.value, Status.RUNNING.value, Status.PENDING.value):
+        if state.status == Status.FAILED.value or not Status(state.status).terminal:
             state = self._maybe_recover(backend, ws, state)
         rows = backend.metrics(ws.id)
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), ws.last_loss)

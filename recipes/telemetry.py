@@ -30,6 +30,35 @@ def say(rank: int, message: str) -> None:
     print(redact(f"[rank {rank}] {message}"), flush=True)
 
 
+def emit(kind: str, **detail) -> None:
+    """A machine-readable `geotrain-event {json}` line: the local supervisor and the Kubernetes
+    backend derive the workspace's state from these, the log view shows them readably
+    (core.domain.run_events)."""
+    print("geotrain-event " + json.dumps({"kind": kind, "at": time.time(), **detail}), flush=True)
+
+
+class ProgressEvents:
+    """`data` progress events for one preparation, at most one every `every_s` seconds."""
+
+    def __init__(self, source: str, unit: str, total: int | None = None, every_s: float = 1.0,
+                 **detail) -> None:
+        self.source, self.unit, self.total, self.every_s, self.detail = source, unit, total, every_s, detail
+        self.started = self.last = time.monotonic()
+        emit("data", stage="start", source=source, unit=unit, total=total, **detail)
+
+    def progress(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            emit("data", stage="progress", source=self.source, unit=self.unit, done=done,
+                 total=self.total, **self.detail)
+
+    def done(self, done: int | None = None, cached: bool = False) -> None:
+        extra = {"done": done} if done is not None else {}
+        emit("data", stage="done", source=self.source, unit=self.unit, cached=cached,
+             seconds=round(time.monotonic() - self.started, 3), **extra, **self.detail)
+
+
 class Telemetry:
     """Rank 0 writes metrics.jsonl and W&B; other ranks only print."""
 

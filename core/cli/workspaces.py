@@ -16,7 +16,7 @@ from pathlib import Path
 from core.cli.output import dump_json, table
 from core.cli.requirements_table import requirements_met
 from core.errors import InvalidInput
-from core.domain import describe, recipe_catalog
+from core.domain import describe, recipe_catalog, run_events
 from core.domain.records import TEMPLATES, WorkspaceSpec
 from core.schema.training_config import config_json_schema
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
@@ -65,6 +65,9 @@ def register(groups) -> None:
     p = sub.add_parser("logs", help="print a workspace's logs, labelled by worker")
     p.add_argument("id", complete="workspace")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
+    p.add_argument("--raw", action="store_true",
+                   help="print geotrain's event lines as the workers wrote them (JSON)")
+    p.add_argument("--no-events", action="store_true", help="leave geotrain's event lines out")
     p.set_defaults(handler=cmd_logs)
     p = sub.add_parser("delete", help="stop a workspace and remove its files")
     p.add_argument("id", complete="workspace")
@@ -203,12 +206,18 @@ def describe_event(event: dict) -> str:
                 f" {event['downtime_s']:.1f}s, {event['steps_lost']} steps lost")
     if event["kind"] == "gave_up":
         return f": {event['cause']} — retry budget of {event['budget']} spent"
+    if event["kind"] == "state":
+        return f": {event.get('status')}" + (f" ({event['reason']})" if event.get("reason") else "")
     return ""
 
 
 def cmd_logs(args) -> int:
     for worker, line in WorkspaceService().logs(args.id, follow=args.follow):
-        print(f"[{worker}] {line}", flush=True)
+        readable = run_events.readable(line)
+        if readable is not None and args.no_events:
+            continue
+        shown = line if args.raw or readable is None else run_events.MARK + readable
+        print(f"[{worker}] {shown}", flush=True)
     return 0
 
 

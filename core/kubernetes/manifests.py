@@ -56,7 +56,7 @@ WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
 WAIT_FOR_RDZV = """\
 py=$(command -v python3 || command -v python) || { echo "geotrain: the image has no python" >&2; exit 1; }
 "$py" - <<'GEOTRAIN_WAIT' || exit 1
-import os, socket, sys, time
+import json, os, socket, sys, time
 host, port = os.environ["GEOTRAIN_RDZV_HOST"], int(os.environ["GEOTRAIN_RDZV_PORT"])
 wait_s, connect = float(os.environ["GEOTRAIN_RDZV_WAIT_S"]), os.environ["GEOTRAIN_RDZV_IS_HOST"] != "1"
 deadline, resolved, said = time.monotonic() + wait_s, False, False
@@ -77,6 +77,8 @@ while True:
         sys.exit(1)
     if connect and resolved and not said:
         print(f"geotrain: waiting for the rendezvous at {host}:{port} (the master is not up yet)", flush=True)
+        print("geotrain-event " + json.dumps({"kind": "rendezvous", "stage": "waiting", "at": time.time(),
+              "missing": ["master"], "endpoint": f"{host}:{port}"}), flush=True)
         said = True
     time.sleep(2)
 GEOTRAIN_WAIT

@@ -88,7 +88,7 @@ def test_cli_killed_while_following_then_reattached(geotrain_home):
     follower.wait()
     listed = _cli("workspaces", "list", "--json")
     status = {w["id"]: w["status"] for w in json.loads(listed.stdout)}[workspace_id]
-    assert status in ("RUNNING", "PENDING")
+    assert status in ("PENDING", "PREPARING_DATA", "RENDEZVOUS", "RUNNING")
     again = _cli("workspaces", "logs", workspace_id, "--follow")
     assert again.returncode == 0
     assert "[worker-0]" in again.stdout and "[worker-1]" in again.stdout

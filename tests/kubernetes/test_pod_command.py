@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from core.domain import run_events
 from core.kubernetes.manifests import render_volcano_job
 from core.domain.records import Cluster
 from core.kubernetes.node_groups import NodeGroup
@@ -135,6 +136,8 @@ def test_workers_wait_for_a_late_master_endpoint_and_the_rendezvous_succeeds(thr
         assert proc.returncode == 0, out
     for out in outputs[1:]:
         assert f"waiting for the rendezvous at localhost:{port}" in out
+        assert f"waiting for peers, missing master (at localhost:{port})" in map(run_events.readable,
+                                                                                 out.splitlines())
     ranks = sorted(line.split(" config")[0] for out in outputs for line in out.splitlines()
                    if line.startswith("rank "))
     assert ranks == ["rank 0/3 sum 6", "rank 1/3 sum 6", "rank 2/3 sum 6"]

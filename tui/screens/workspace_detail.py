@@ -39,6 +39,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         Binding("escape", "back", "Back"),
         Binding("f", "follow", "Follow"),
         Binding("w", "wrap", "Wrap"),
+        Binding("e", "events", "Events"),
         Binding("slash", "filter", "Filter"),
         Binding("s", "search", "Search"),
         Binding("n", "next_match", "Next match", show=False),
@@ -68,6 +69,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         if self.app.poll_seconds:
             self.set_interval(self.app.poll_seconds, self._poll)
         self.watch(self.query_one(LogView), "following", self._show_follow)
+        self.watch(self.query_one(LogView), "show_events", self._show_follow)
 
     # status ----------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="status", name="Workspace status")
@@ -96,10 +98,16 @@ class WorkspaceDetailScreen(GeotrainScreen):
         lines = self.app.service.logs(self.workspace_id, follow=True)
         feed(lines, view.post_message, view.gate, lambda: worker.is_cancelled)
 
-    def _show_follow(self, following: bool) -> None:
+    def _show_follow(self, _value: bool = True) -> None:
         view = self.query_one(LogView)
         view.border_title = "logs"
-        view.border_subtitle = "following the end" if following else "paused · f follows"
+        subtitle = "following the end" if view.following else "paused · f follows"
+        view.border_subtitle = subtitle if view.show_events else f"{subtitle} · events hidden"
+
+    def action_events(self) -> None:
+        """Hide or show geotrain's own event lines (joined, recovered, data ready …)."""
+        view = self.query_one(LogView)
+        view.show_events = not view.show_events
 
     def action_follow(self) -> None:
         self.query_one(LogView).follow()

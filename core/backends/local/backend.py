@@ -27,11 +27,12 @@ import yaml
 from core.state import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.backends.local.supervisor import MARKER, kill_all, workspace_processes
-from core.backends.local.run_history import read_history, read_jsonl
+from core.backends.local.run_history import read_history, read_jsonl, read_phase
 from core.errors import BackendError, NotFound
 from core.domain.records import Status, WorkspaceSpec
 from core.domain.recipe_catalog import presets, recipe_env
 from core.domain.recovery import RecoverySettings
+from core.domain.run_events import natural_key
 
 POLL_S = 0.2
 VANISHED = "its supervisor process vanished"
@@ -175,6 +176,10 @@ class LocalBackend(Backend):
             return WorkspaceState(Status.FAILED.value, self._failure_reason(run_dir, code), workers, code)
         workers = self._workers(run_dir)
         if self._supervisor_alive(run_dir):
+            phase = read_phase(run_dir)
+            if phase is not None:  # what the supervisor derived from the workers' lines
+                return WorkspaceState(phase["status"], phase.get("reason", ""),
+                                      self._phase_workers(workers, phase))
             started = any(w.status == "RUNNING" for w in workers)
             return WorkspaceState((Status.RUNNING if started else Status.PENDING).value, "", workers)
         if not (run_dir / "supervisor.pid").exists() and time.time() - run_dir.stat().st_mtime < 30:
@@ -186,6 +191,13 @@ class LocalBackend(Backend):
                       key=lambda p: int(p.stem.split("-")[1]))
         return [WorkerState(p.stem, ended or ("RUNNING" if p.stat().st_size else "PENDING"))
                 for p in logs]
+
+    @staticmethod
+    def _phase_workers(workers: list[WorkerState], phase: dict) -> list[WorkerState]:
+        known = phase.get("workers") or {}
+        names = sorted({w.name for w in workers} | set(known), key=natural_key)
+        return [WorkerState(name, *[str(v) for v in (known.get(name) or [Status.PENDING.value, ""])][:2])
+                for name in names]
 
     def _failure_reason(self, run_dir: Path, code: int) -> str:
         for name in ("launcher.log", "worker-0.log"):
