@@ -89,7 +89,8 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.data.load_state_dict(state["data"])
         self.step, self.items, self.wire.bytes_sent = state["step"], state["items"], state["bytes_sent"]
-        self.finished = state.get("finished", False)
+        # a run restored with more steps than it had must run its end-of-training sync again
+        self.finished = state.get("finished", False) and state["step"] >= self.cfg.steps
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 
