@@ -92,8 +92,9 @@ def sync(info: dict[str, Any] | None, key: str | None,
     done = run(sync_argv(info["sync_dir"], info.get("project")), env=env, capture_output=True,
                text=True, timeout=600)
     output = (done.stdout + done.stderr).replace(key, "***")
-    if done.returncode != 0:
-        last = next((ln for ln in reversed(output.splitlines()) if ln.strip()), f"exit code {done.returncode}")
-        raise BackendError(f"wandb sync failed: {last.strip()[:300]}",
+    errors = [ln for ln in output.splitlines() if "ERROR" in ln]  # wandb sync exits 0 on a refused key
+    if done.returncode != 0 or errors:
+        last = (errors or [ln for ln in output.splitlines() if ln.strip()] or [f"exit code {done.returncode}"])[-1]
+        raise BackendError(f"wandb sync failed: {last.removeprefix('wandb: ').strip()[:300]}",
                            "check the key and WANDB_BASE_URL, then run `geotrain workspaces sync` again")
     return output
