@@ -48,8 +48,11 @@ class Inventory:
     checkpoint_bytes: int = 0
     log_bytes: int = 0
     last_step: int | None = None
+    on_this_machine: bool = True
 
     def describe(self) -> str:
+        if not self.on_this_machine:
+            return "its logs, metrics and checkpoints (in its pods and their volume)"
         ckpt = (f"{len(self.checkpoint_steps)} checkpoint(s) ({human_bytes(self.checkpoint_bytes)},"
                 f" newest at step {self.checkpoint_steps[-1]})" if self.checkpoint_steps else "no checkpoints")
         steps = f"{self.last_step} trained steps" if self.last_step is not None else "no logged steps"
@@ -133,6 +136,9 @@ def checkpoint_steps(names: Iterable[str]) -> dict[int, set[int]]:
 def inventory(backend: Backend, ws: Workspace) -> Inventory:
     inv = Inventory()
     files = backend.result_files(ws.id, ws.spec)
+    if not files:  # pods: not counted here (that would mean reading every pod's volume)
+        inv.on_this_machine = False
+        return inv
     ckpt_root = files.get("checkpoints")
     if ckpt_root is not None:
         listed = list(walk_files(ckpt_root, []))
