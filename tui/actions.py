@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from textual import work
 from textual.screen import Screen
 
@@ -14,7 +12,8 @@ from tui.modals.export_dir import ExportDirScreen
 
 
 def default_export_dir(workspace_id: str) -> str:
-    return str(Path("~/geotrain-exports").expanduser() / workspace_id)
+    """Shown as typed (`~` is expanded when exporting), so it reads the same for everyone."""
+    return f"~/geotrain-exports/{workspace_id}"
 
 
 def ask_delete(screen: Screen, workspace_id: str, note: str = "") -> None:

@@ -5,13 +5,10 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Any, Iterator
 
 from core.domain.records import WorkspaceSpec
 from core.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from core.backends.export import ExportedRun
 
 
 @dataclass
@@ -87,7 +84,8 @@ class Backend(abc.ABC):
         empty where results live elsewhere (pods: logs and metrics come through the API)."""
         return {}
 
-    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: "ExportedRun") -> None:
-        """Seed a workspace about to be deployed with an export's newest checkpoint."""
+    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: Any) -> None:
+        """Seed a workspace about to be deployed with an export's newest checkpoint
+        (`export`: a core.backends.export.ExportedRun; not imported here, export imports us)."""
         raise InvalidInput("--resume-from works on the local cluster only",
                            "on Kubernetes, upload the checkpoint to an HF repo and set recovery.hf_repo")

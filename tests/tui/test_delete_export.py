@@ -46,8 +46,7 @@ def test_e_exports_first_then_delete_asks_again(app, seeded, tmp_path):
             await pilot.press("e")
             await on_screen(pilot, ExportDirScreen)
             box = app.screen.query_one("#export-dir", Input)
-            assert box.value == default_export_dir(states.COMPLETED_ID)
-            assert box.value.endswith(f"geotrain-exports/{states.COMPLETED_ID}")
+            assert box.value == default_export_dir(states.COMPLETED_ID) == f"~/geotrain-exports/{states.COMPLETED_ID}"
             box.value = str(taken)  # not empty: refused, asked again, nothing deleted
             await pilot.press("enter")
             await on_screen(pilot, ConfirmScreen)
