@@ -84,6 +84,11 @@ class Backend(abc.ABC):
         empty where results live elsewhere (pods: logs and metrics come through the API)."""
         return {}
 
+    def copy_checkpoints(self, workspace_id: str, dest: Path) -> list[str] | None:
+        """Copy checkpoints kept elsewhere (pods) under `dest`: the names skipped, or None
+        when they cannot be reached now."""
+        return None
+
     def restore(self, workspace_id: str, spec: WorkspaceSpec, export: Any) -> None:
         """Seed a workspace about to be deployed with an export's newest checkpoint
         (`export`: a core.backends.export.ExportedRun; not imported here, export imports us)."""

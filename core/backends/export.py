@@ -32,7 +32,7 @@ import yaml
 
 from core.backends.base import Backend
 from core.domain.records import Workspace
-from core.errors import InvalidInput
+from core.errors import GeotrainError, InvalidInput
 
 MANIFEST = "geotrain-export.json"
 STEP_DIR = re.compile(r"step_(\d{8})")
@@ -111,6 +111,14 @@ def copy_plain_file(src: Path, dst: Path) -> tuple[int, str] | None:
                 digest.update(block)
                 size += len(block)
     return size, digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _write(dst: Path, data: bytes) -> tuple[int, str]:
@@ -211,6 +219,19 @@ def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
             name = f"logs/{re.sub(r'[^A-Za-z0-9_.-]', '_', worker)}.log"
             size, digest = _write(out / name, ("\n".join(lines) + "\n").encode())
             files[name] = {"bytes": size, "sha256": digest}
+    copied_elsewhere, not_copied = False, ""
+    if "checkpoints" not in sources:  # pods: through the exec stream, while they run
+        try:
+            from_pods = backend.copy_checkpoints(ws.id, out / "checkpoints")
+        except GeotrainError as exc:  # logs and metrics are still worth keeping; said loudly
+            from_pods, not_copied = None, str(exc)
+        if from_pods is None:
+            not_copied = not_copied or "no pod of the workspace is running (copying needs a live container)"
+        else:
+            copied_elsewhere = True
+            skipped += [f"checkpoints/{name}" for name in from_pods]
+            for name, path in walk_files(out / "checkpoints", [], "checkpoints/"):
+                files[name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
     if "metrics.jsonl" not in files:
         rows = backend.metrics(ws.id)
         if rows:
@@ -228,8 +249,8 @@ def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
                 "size": ws.spec.size, "preset": ws.spec.preset, "workers": ws.spec.workers,
                 "steps": ws.spec.steps, "exported_at": time.time(),
                 "checkpoint_steps": sorted(s for s, ranks in steps.items() if ranks),
-                "checkpoints_copied": "checkpoints" in sources,
-                "skipped": skipped, "files": files}
+                "checkpoints_copied": "checkpoints" in sources or copied_elsewhere,
+                "checkpoints_not_copied": not_copied, "skipped": skipped, "files": files}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return manifest
 

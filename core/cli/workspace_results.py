@@ -35,10 +35,11 @@ def cmd_export(args) -> int:
     print(f"Exported {args.id} to {args.dir}: {len(manifest['files'])} files, {human_bytes(total)}; "
           + (f"checkpoints at steps {', '.join(map(str, steps))}." if steps else "no checkpoints."))
     if not manifest["checkpoints_copied"]:
-        print("Checkpoints stay in the pods' volume (copying them out of pods is not done yet); "
-              "set recovery.hf_repo to keep a copy on the HF Hub.")
-    for name in manifest["skipped"]:
-        print(f"Skipped {name}: a link or special file (never followed).")
+        print(f"Checkpoints NOT exported: {manifest['checkpoints_not_copied']}. They stay in the "
+              "workspace's volume until it is deleted; recovery.hf_repo keeps a copy on the HF Hub.")
+    if manifest["skipped"]:
+        shown = ", ".join(manifest["skipped"][:5]) + (" …" if len(manifest["skipped"]) > 5 else "")
+        print(f"Skipped {len(manifest['skipped'])} links or other non-checkpoint files (never followed): {shown}")
     if steps:
         print(f"Continue it with `geotrain workspaces deploy distributed-training --resume-from {args.dir}`.")
     return 0
