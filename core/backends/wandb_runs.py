@@ -37,7 +37,8 @@ def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str,
     logging = config.get("logging") or {}
     if logging.get("wandb") is False:
         return None
-    info: dict[str, Any] = {"project": logging.get("wandb_project"), "mode": "not started"}
+    info: dict[str, Any] = {"project": logging.get("wandb_project"),
+                            "mode": "not started" if result_files else "in the pods"}
     path = result_files.get(RUN_FILE)
     if path is not None and path.is_file() and not path.is_symlink():
         try:
@@ -61,6 +62,9 @@ def summary(info: dict[str, Any] | None) -> str:
     if info.get("mode") == "offline" and info.get("sync_dir"):
         return (f"W&B: offline run in {info['sync_dir']} (project {info.get('project')}); "
                 f"upload it with `{info['sync_command']}` or `geotrain workspaces sync ID`")
+    if info.get("mode") == "in the pods":
+        return (f"W&B: project {info.get('project')}; rank 0's log names the run "
+                "(`geotrain workspaces logs ID`)")
     return f"W&B: project {info.get('project')}, run not started yet"
 
 
