@@ -53,19 +53,21 @@ def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str,
     return info
 
 
-def summary(info: dict[str, Any] | None) -> str:
-    """One line for `workspaces show` and the app's detail."""
+def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False) -> str:
+    """One line for `workspaces show`; `short` for the app's detail (a narrow box)."""
     if info is None:
         return "W&B: off"
     if info.get("url"):
         return f"W&B: {info['url']}"
     if info.get("mode") == "offline" and info.get("sync_dir"):
+        if short:
+            return f"W&B offline; upload: {info['sync_command']}"
         return (f"W&B: offline run in {info['sync_dir']} (project {info.get('project')}); "
-                f"upload it with `{info['sync_command']}` or `geotrain workspaces sync ID`")
+                f"upload it with `{info['sync_command']}` or `geotrain workspaces sync {workspace_id}`")
+    project = f"project {info['project']}" if info.get("project") else "no project named"
     if info.get("mode") == "in the pods":
-        return (f"W&B: project {info.get('project')}; rank 0's log names the run "
-                "(`geotrain workspaces logs ID`)")
-    return f"W&B: project {info.get('project')}, run not started yet"
+        return f"W&B: {project}; rank 0's log names the run (`geotrain workspaces logs {workspace_id}`)"
+    return f"W&B: {project}; no run recorded yet"
 
 
 def sync_argv(sync_dir: str, project: str | None) -> list[str]:

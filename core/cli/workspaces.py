@@ -184,7 +184,7 @@ def cmd_show(args) -> int:
         dump_json(data)
         return 0
     print(f"{ws.id}  {state.status}{'  (' + state.reason + ')' if state.reason else ''}")
-    print(f"  {wandb_runs.summary(data['wandb']).replace(' ID`', f' {ws.id}`')}")
+    print(f"  {wandb_runs.summary(data['wandb'], ws.id)}")
     for worker in state.workers:
         print(f"  {worker.name}: {worker.status} {worker.detail}".rstrip())
     for event in data["history"]:

@@ -79,8 +79,8 @@ class WorkspaceDetailScreen(GeotrainScreen):
         service = self.app.service
         workspace = service.get(self.workspace_id)
         state = service.refresh(workspace)
-        self.wandb_line = wandb_runs.summary(service.wandb_run(self.workspace_id)).replace(
-            " ID`", f" {self.workspace_id}`")
+        self.wandb_line = wandb_runs.summary(service.wandb_run(self.workspace_id), self.workspace_id,
+                                             short=True)
         self.post_message(WorkspaceStatus(workspace, state, service.metrics(self.workspace_id)))
 
     @on(WorkspaceStatus)
