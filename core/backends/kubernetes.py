@@ -15,7 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.errors import BackendError, InvalidInput
-from core.kubernetes.names import job_name
+from core.kubernetes.names import job_name, label_value
+from core.kubernetes.recipes_delivery import source_selector
 from core.kubernetes.client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
                               SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
@@ -195,9 +196,20 @@ class KubernetesBackend(Backend):
         self._delete_object("Job", job_name(workspace_id))
         self._delete_object("Secret", secret_name(workspace_id))
         self._delete_object("ConfigMap", config_map_name(workspace_id))
+        self._delete_source_maps(workspace_id)
         # The workspace's own checkpoint claim (none when it used recovery.pvc or a node
         # directory: then this is a 404, which is fine). Kubernetes keeps it until the pods are gone.
         self._delete_object("PersistentVolumeClaim", claim_name(job_name(workspace_id)))
+
+    def _delete_source_maps(self, workspace_id: str) -> None:
+        """The recipes ConfigMaps (core.kubernetes.recipes_delivery), found by label: their
+        number depends on the recipes of the geotrain that deployed the workspace."""
+        with self._errors("listing the recipes ConfigMaps"):
+            found = client.CoreV1Api(self.api).list_namespaced_config_map(
+                self.namespace, label_selector=source_selector(label_value(workspace_id)),
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        for item in read_json(found).get("items", []):
+            self._delete_object("ConfigMap", item["metadata"]["name"])
 
     def list(self) -> list[str]:
         with self._errors("listing Volcano jobs", volcano=True):

@@ -16,6 +16,7 @@ from core.backends import wandb_runs
 from core.backends.export import read_export
 from core.cli import deploy_prompts
 from core.cli.output import dump_json, table
+from core.cli.requirements_table import requirements_met
 from core.errors import InvalidInput
 from core.domain import describe, recipe_catalog
 from core.domain.records import TEMPLATES, WorkspaceSpec
@@ -44,6 +45,8 @@ def register(groups) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a detailed-config key, e.g. optim.lr=3e-4 (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print what would run; change nothing")
+    p.add_argument("--force", action="store_true",
+                   help="deploy even when requirements (disk, memory, dataset access, W&B key) are not met")
     p.add_argument("--json", action="store_true", help="print the new workspace as JSON")
     p.add_argument("--resume-from", metavar="DIR", help="start from the newest checkpoint of an export")
     p.add_argument("--yes", "-y", action="store_true",
@@ -142,6 +145,8 @@ def cmd_deploy(args) -> int:
         print("# resolved config:")
         print(plan.config_yaml.rstrip())
         return 0
+    if not requirements_met(service.store, spec, tokens, args.force):
+        return 1
     ws = service.deploy(spec, tokens, resume_from=resume)
     if args.json:
         dump_json({"id": ws.id, "cluster": ws.cluster, "status": ws.status, "run_dir": ws.run_dir})

@@ -72,7 +72,7 @@ def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> 
     tok = Tokenizer(d.tokenizer)
     dtype = numpy.uint16 if tok.vocab_size <= 65536 else numpy.uint32
     written = 0
-    tmp = stem.with_suffix(".bin.tmp")
+    tmp = stem.with_suffix(f".bin.tmp{os.getpid()}")  # the cache is shared per node: no two writers share a file
     with tmp.open("wb") as fh:
         for row in _stream(cfg, rank, world_size):
             ids = tok.encode(row["text"]) + [tok.eos]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -45,8 +44,11 @@ def _free_port() -> int:
 def _pod_process(task: dict, workdir, port: int, **env_overrides) -> subprocess.Popen:
     container = task["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    deps = workdir / "pydeps" / "prepared"  # the node's dependency cache, prepared by an earlier pod
+    (deps / ".complete").parent.mkdir(parents=True, exist_ok=True)
+    (deps / ".complete").touch()
     env.update(POD_IP="127.0.0.1", GEOTRAIN_RDZV_HOST="localhost", GEOTRAIN_RDZV_PORT=str(port),
-               PATH=os.environ["PATH"],
+               PATH=os.environ["PATH"], GEOTRAIN_DEPS_DIR=str(deps),
                PYTHONPATH=str(workdir), HOME=str(workdir))
     env.update(env_overrides)
     shell, flag, script = container["command"]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from textual.widgets import Select, TextArea
+from textual.widgets import Input, Select, TextArea
 
 from tests.tui import states
 from tests.tui.waiting import on_screen, until
@@ -17,6 +17,7 @@ from tui.screens.workspaces import WorkspacesScreen
 from tui.modals.confirm import ConfirmScreen
 from tui.modals.error import ErrorScreen
 from tui.widgets.log_view import LogView
+from tui.widgets.requirements_table import RequirementsTable
 
 
 def _rows(app) -> int:
@@ -67,6 +68,14 @@ async def deploy_form(pilot) -> None:
     await on_screen(pilot, DeployScreen)
     await until(pilot, lambda: pilot.app.screen.query_one("#size", Select).value == "tiny")
     await until(pilot, lambda: "Planner:" in str(pilot.app.screen.query_one("#plan").render()), 30)
+
+
+async def deploy_requirements(pilot) -> None:
+    """The deploy form refusing a malformed W&B key: the requirements table, nothing submitted."""
+    await deploy_form(pilot)
+    pilot.app.screen.query_one("#wandb", Input).value = "not-a-key"
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: pilot.app.screen.query_one(RequirementsTable).row_count == 1, 30)
 
 
 async def config_editor_error(pilot) -> None:
@@ -179,6 +188,7 @@ VIEWS = {
     "delete-confirm": delete_confirm,
     "export-prompt": export_prompt,
     "deploy-form": deploy_form,
+    "deploy-requirements": deploy_requirements,
     "config-editor-error": config_editor_error,
     "nodes": nodes,
     "node-import": node_import,
