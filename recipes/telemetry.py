@@ -62,7 +62,7 @@ class ProgressEvents:
 class Telemetry:
     """Rank 0 writes metrics.jsonl and W&B; other ranks only print."""
 
-    def __init__(self, *, rank: int, out_dir: Path, config: dict, wandb_on: bool, project: str,
+    def __init__(self, *, rank: int, out_dir: Path, config: dict, wandb_on: bool, project: str | None,
                  entity: str | None, run_name: str) -> None:
         self.rank = rank
         self.metrics_path = out_dir / "metrics.jsonl"
@@ -88,7 +88,7 @@ class Telemetry:
             self.wandb_run = None
 
 
-def _start_wandb(out_dir: Path, config: dict, project: str, entity: str | None, run_name: str):
+def _start_wandb(out_dir: Path, config: dict, project: str | None, entity: str | None, run_name: str):
     """Online with WANDB_API_KEY, offline otherwise; the run id is kept so a restart continues the run."""
     try:
         import wandb
@@ -97,13 +97,31 @@ def _start_wandb(out_dir: Path, config: dict, project: str, entity: str | None, 
         return None
     if not os.environ.get("WANDB_API_KEY"):
         os.environ.setdefault("WANDB_MODE", "offline")
+    project = project or "geotrain"  # geotrain names one per workspace; by hand, the shared one
     id_file = out_dir / "wandb_run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(8)
     id_file.write_text(run_id)
     try:
-        return wandb.init(project=project, entity=entity, name=run_name, id=run_id, resume="allow",
-                          dir=str(out_dir), config=config, settings=wandb.Settings(console="off",
-                                                                                    silent=True))
+        run = wandb.init(project=project, entity=entity, name=run_name, id=run_id, resume="allow",
+                         dir=str(out_dir), config=config, settings=wandb.Settings(console="off",
+                                                                                   silent=True))
     except Exception as exc:  # a logging outage must not stop training
         say(0, f"wandb init failed ({type(exc).__name__}: {redact(str(exc))}); continuing without it")
         return None
+    _record_run(out_dir, run, project)
+    return run
+
+
+def _record_run(out_dir: Path, run, project: str) -> None:
+    """wandb_run.json: where the run is, for `geotrain workspaces show` and `sync`."""
+    offline = os.environ.get("WANDB_MODE") == "offline"
+    sync_dir = str(Path(run.settings.sync_dir).absolute())
+    info = {"mode": "offline" if offline else "online", "project": project, "id": run.id,
+            "url": None if offline else run.url, "sync_dir": sync_dir}
+    tmp = out_dir / ".wandb_run.json.tmp"
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, out_dir / "wandb_run.json")
+    if offline:
+        say(0, f"W&B offline run in {sync_dir}; upload it later with: wandb sync {sync_dir}")
+    else:
+        say(0, f"W&B run: {run.url}")

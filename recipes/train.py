@@ -113,7 +113,8 @@ class Trainer:
         self.step, self.items, self.wire.bytes_sent = state["step"], state["items"], state["bytes_sent"]
         if self.lan is not None:
             self.lan.bytes_sent = state.get("lan_bytes", 0)
-        self.finished = state.get("finished", False)
+        # a run restored with more steps than it had must run its end-of-training sync again
+        self.finished = state.get("finished", False) and state["step"] >= self.cfg.steps
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 

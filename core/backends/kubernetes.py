@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 from kubernetes import client
@@ -386,3 +387,26 @@ class KubernetesBackend(Backend):
                          read_timeout_s=self.log_read_timeout_s, request_timeout=REQUEST_TIMEOUT)
         with self._errors("reading pod logs"):
             yield from (reader.follow() if follow else reader.snapshot())
+
+    # results kept --------------------------------------------------------------
+    def copy_checkpoints(self, workspace_id: str, dest: Path) -> list[str] | None:
+        """Checkpoints out of every running pod of the workspace (each node may hold only its
+        ranks' files), merged under `dest`; None when no pod runs (exec needs a live container)."""
+        from core.kubernetes.pod_files import read_checkpoint_archive, unpack_checkpoints
+
+        pods = [p["metadata"]["name"] for p in self._pods(workspace_id)
+                if (p.get("status") or {}).get("phase") == "Running"]
+        if not pods:
+            return None
+        skipped: list[str] = []
+        for pod in pods:
+            try:
+                with self._errors(f"copying checkpoints out of pod {pod}"):
+                    archive = read_checkpoint_archive(client.CoreV1Api(self.api), pod, self.namespace, CONTAINER)
+            except BackendError:
+                raise
+            except Exception as exc:  # the websocket library's own errors
+                raise BackendError(f"copying checkpoints out of pod {pod} failed: {type(exc).__name__}: "
+                                   f"{str(exc)[:200]}", "export again, or set recovery.hf_repo") from None
+            skipped += unpack_checkpoints(archive, dest)[1]
+        return skipped

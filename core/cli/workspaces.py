@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import shlex
@@ -13,6 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.backends import wandb_runs
+from core.backends.export import read_export
+from core.cli import deploy_prompts
 from core.cli.output import dump_json, table
 from core.cli.requirements_table import requirements_met
 from core.errors import InvalidInput
@@ -48,6 +50,9 @@ def register(groups) -> None:
     p.add_argument("--force", action="store_true",
                    help="deploy even when requirements (disk, memory, dataset access, W&B key) are not met")
     p.add_argument("--json", action="store_true", help="print the new workspace as JSON")
+    p.add_argument("--resume-from", metavar="DIR", help="start from the newest checkpoint of an export")
+    p.add_argument("--yes", "-y", action="store_true",
+                   help="ask nothing on a terminal (no editor question, no token prompts)")
     p.set_defaults(handler=cmd_deploy)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a detailed config (for editors)")
@@ -78,10 +83,7 @@ def register(groups) -> None:
 def _tokens(args) -> dict[str, str | None]:
     tokens = {"wandb": args.wandb_token or os.environ.get("WANDB_API_KEY"),
               "hf": args.hf_token or os.environ.get("HF_TOKEN")}
-    if args.ask_tokens:
-        for name, label in (("wandb", "W&B API key"), ("hf", "Hugging Face token")):
-            if not tokens[name]:
-                tokens[name] = getpass.getpass(f"{label} (empty to skip): ").strip() or None
+    tokens = deploy_prompts.ask_missing_tokens(args, tokens)
     for name, value in tokens.items():
         if value is not None:
             check_token(name, value)
@@ -130,8 +132,11 @@ def cmd_deploy(args) -> int:
     if args.config:
         req.config_text = read_config_file(args.config)
         req.config_source = args.config
+    resume = read_export(args.resume_from) if args.resume_from else None
+    if resume is not None and not args.config:  # the exported spec, unless another is given
+        req.config_text, req.config_source = resume.spec_text, f"{args.resume_from}/spec.yaml"
     spec = service.build_spec(req)
-    if args.edit:
+    if deploy_prompts.wants_editor(args):
         edited = _edit(spec.to_yaml())
         spec = service.build_spec(DeployRequest(cluster=args.cluster, config_text=edited,
                                                 config_source="the edited spec"))
@@ -147,12 +152,14 @@ def cmd_deploy(args) -> int:
         return 0
     if not requirements_met(service.store, spec, tokens, args.force):
         return 1
-    ws = service.deploy(spec, tokens)
+    ws = service.deploy(spec, tokens, resume_from=resume)
     if args.json:
         dump_json({"id": ws.id, "cluster": ws.cluster, "status": ws.status, "run_dir": ws.run_dir})
     else:
         print(f"Deployed {ws.id} on {ws.cluster}: {spec.workers}× {spec.model}/{spec.size}, "
               f"preset {spec.preset}, {spec.steps} steps.")
+        if resume is not None:
+            print(f"It continues from the exported checkpoint at step {resume.step}.")
         print(f"Follow it with `geotrain workspaces logs {ws.id} --follow`.")
     return 0
 
@@ -181,11 +188,13 @@ def cmd_show(args) -> int:
     state = service.status(args.id)
     data = {"id": ws.id, "cluster": ws.cluster, "status": state.status, "reason": state.reason,
             "workers": [w.__dict__ for w in state.workers], "last_loss": ws.last_loss,
-            "run_dir": ws.run_dir, "history": service.events(ws.id), "spec": ws.spec.to_dict()}
+            "run_dir": ws.run_dir, "history": service.events(ws.id), "spec": ws.spec.to_dict(),
+            "wandb": service.wandb_run(ws.id)}
     if args.json:
         dump_json(data)
         return 0
     print(f"{ws.id}  {state.status}{'  (' + state.reason + ')' if state.reason else ''}")
+    print(f"  {wandb_runs.summary(data['wandb'], ws.id)}")
     for worker in state.workers:
         print(f"  {worker.name}: {worker.status} {worker.detail}".rstrip())
     for event in data["history"]:

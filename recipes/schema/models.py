@@ -142,8 +142,8 @@ class LoggingConfig(Section):
     """Print and record metrics every this many steps."""
     wandb: Bool = True
     """Log to W&B on rank 0 (offline mode when WANDB_API_KEY is unset)."""
-    wandb_project: Str = "geotrain"
-    """W&B project name."""
+    wandb_project: Optional[Str] = None
+    """W&B project; null gives each workspace its own (geotrain-<workspace id>); an existing one is fine."""
     wandb_entity: Optional[Str] = None
     """W&B entity (team); null uses the key's default."""
     run_name: Optional[Str] = None

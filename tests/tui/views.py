@@ -52,6 +52,16 @@ async def delete_confirm(pilot) -> None:
     await on_screen(pilot, ConfirmScreen)
 
 
+async def export_prompt(pilot) -> None:
+    from tui.modals.export_dir import ExportDirScreen
+
+    await workspaces(pilot)
+    await pilot.press("home", "down", "d")  # the local workspace that completed
+    await on_screen(pilot, ConfirmScreen)
+    await pilot.press("e")
+    await on_screen(pilot, ExportDirScreen)
+
+
 async def deploy_form(pilot) -> None:
     await workspaces(pilot)
     await pilot.press("c")
@@ -176,6 +186,7 @@ VIEWS = {
     "workspaces-light": workspaces_light,
     "workspace-detail": workspace_detail,
     "delete-confirm": delete_confirm,
+    "export-prompt": export_prompt,
     "deploy-form": deploy_form,
     "deploy-requirements": deploy_requirements,
     "config-editor-error": config_editor_error,

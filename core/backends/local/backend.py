@@ -28,7 +28,8 @@ from core.state import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.backends.local.supervisor import MARKER, kill_all, workspace_processes
 from core.backends.local.run_history import read_history, read_jsonl, read_phase
-from core.errors import BackendError, NotFound
+from core.backends.export import ExportedRun, seed_checkpoints
+from core.errors import BackendError, InvalidInput, NotFound
 from core.domain.records import Status, WorkspaceSpec
 from core.domain.recipe_catalog import presets, recipe_env
 from core.domain.recovery import RecoverySettings
@@ -94,7 +95,7 @@ class LocalBackend(Backend):
         """Start the supervisor. `secret_refs` maps env var -> secret-store reference."""
         run_dir = self.run_dir(workspace_id)
         (run_dir / "logs").mkdir(parents=True)
-        (run_dir / "out").mkdir()
+        (run_dir / "out").mkdir(exist_ok=True)  # restore() may have seeded it
         config_path = run_dir / "config.yaml"
         config_path.write_text(yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
         launch = {"workspace_id": workspace_id, "argv": self._argv(spec, config_path),
@@ -248,6 +249,28 @@ class LocalBackend(Backend):
 
     def metrics(self, workspace_id: str) -> list[dict]:
         return read_jsonl(self.run_dir(workspace_id) / "out" / "metrics.jsonl")
+
+    # results kept -------------------------------------------------------------
+    def checkpoint_root(self, workspace_id: str, spec: WorkspaceSpec) -> Path:
+        chosen = (spec.recovery or {}).get("checkpoint_dir")
+        return Path(chosen) if chosen else self.run_dir(workspace_id) / "out" / "checkpoints"
+
+    def result_files(self, workspace_id: str, spec: WorkspaceSpec) -> dict[str, Path]:
+        run_dir = self.run_dir(workspace_id)
+        out = run_dir / "out"
+        return {"config.yaml": run_dir / "config.yaml", "history.jsonl": run_dir / "history.jsonl",
+                "metrics.jsonl": out / "metrics.jsonl", "result.json": out / "result.json",
+                "wandb_run.json": out / "wandb_run.json", "logs": run_dir / "logs",
+                "wandb": out / "wandb", "checkpoints": self.checkpoint_root(workspace_id, spec)}
+
+    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: ExportedRun) -> None:
+        if export.ranks != spec.workers:
+            raise InvalidInput(f"the export's checkpoint at step {export.step} has {export.ranks} "
+                               f"worker(s), the new workspace {spec.workers}",
+                               f"deploy with --workers {export.ranks}")
+        out = self.run_dir(workspace_id) / "out"
+        out.mkdir(parents=True)
+        seed_checkpoints(export, self.checkpoint_root(workspace_id, spec), out)
 
     # delete -----------------------------------------------------------------
     def delete(self, workspace_id: str) -> None:
