@@ -21,7 +21,12 @@ from tui.widgets.requirements_table import RequirementsTable
 
 
 def _rows(app) -> int:
-    return app.screen.query_one("DataTable").row_count
+    """Rows in the screen's table, counted once the table has measured them: DataTable sizes
+    its columns when idle, and a modal pushed before that (a loaded CI machine) froze the
+    table behind it with squeezed columns."""
+    table = app.screen.query_one("DataTable")
+    measured = not table._require_update_dimensions and not table._updated_cells
+    return table.row_count if measured else -1
 
 
 async def workspaces(pilot) -> None:
