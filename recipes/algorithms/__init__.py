@@ -8,17 +8,22 @@ from recipes.algorithms.ddp import DDP
 from recipes.algorithms.demo import DemoExchange, sign_outer_step
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import FullPrecisionExchange, QuantizedExchange
+from recipes.algorithms.hierarchical import HierarchicalDiLoCo, HierarchicalExchange
 from recipes.algorithms.streaming import StreamingDiLoCo
 from recipes.config import Compression
 from recipes.schema import TrainConfig
+from recipes.topology import TopologyError
 from recipes.distributed import Wire
 
 
-def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire):
-    """The algorithm a resolved preset asks for, wired to `wire` for byte counting."""
+def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire, lan: Wire | None = None):
+    """The algorithm a resolved preset asks for, wired to `wire` for byte counting; with `lan`
+    (a datacenter's group), hierarchical DiLoCo with `wire` the WAN group (recipes.algorithms.hierarchical)."""
     if comp.algorithm == "ddp":
         return DDP(model, wire)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if lan is not None:
+        return _hierarchical(model, comp, cfg, wire, lan, numel)
     if comp.algorithm == "diloco" and comp.fragments > 1:
         return _streaming(model, comp, cfg, wire)
     if comp.algorithm == "demo":
@@ -52,3 +57,11 @@ def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire
     return StreamingDiLoCo(model, make_exchange, fragments=comp.fragments, inner_steps=comp.inner_steps,
                            outer_lr=comp.outer_lr, outer_momentum=comp.outer_momentum,
                            flush_bits=cfg.diloco.flush_bits)
+
+
+def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wire, numel: int):
+    if comp.algorithm == "demo":
+        raise TopologyError("DeMo has no exchange between datacenters: use a diloco preset, or datacenters: 1")
+    exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback)
+    return HierarchicalDiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
+                              outer_momentum=comp.outer_momentum)

@@ -91,10 +91,10 @@ def _stream(cfg: TrainConfig, rank: int, world_size: int, split: str = "train"):
     return split_dataset_by_node(ds, rank=rank, world_size=world_size)
 
 
-def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, split: str = "train",
+def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, report=None, split: str = "train",
                 budget: int = 0) -> Path:
     """Tokenize this rank's shard (or the held-out rows) up to the token budget once; later calls
-    return the cached file."""
+    return the cached file. `report` (recipes.telemetry.ProgressEvents) hears the tokens written so far."""
     d = cfg.data
     budget = budget or d.max_tokens or (cfg.steps * d.batch_size * d.seq_len + d.seq_len)
     key = hashlib.sha1(json.dumps([d.path, d.hub_name, d.hub_config, d.tokenizer, budget, split,
@@ -106,15 +106,19 @@ def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, spl
     marker, data_file = stem.with_suffix(".json"), stem.with_suffix(".bin")
     if marker.exists():
         return data_file
+    if report is not None:
+        report.total = budget
     tok = Tokenizer(d.tokenizer)
     dtype = numpy.uint16 if tok.vocab_size <= 65536 else numpy.uint32
     written = 0
-    tmp = stem.with_suffix(f".bin.tmp{rank}")
+    tmp = stem.with_suffix(f".bin.tmp{os.getpid()}")  # the cache is shared per node: no two writers share a file
     with tmp.open("wb") as fh:
         for row in _stream(cfg, rank, world_size, split):
             ids = tok.encode(row["text"]) + [tok.eos]
             numpy.asarray(ids, dtype=dtype).tofile(fh)
             written += len(ids)
+            if report is not None:
+                report.progress(written)
             if written >= budget:
                 break
     if written < d.seq_len + 1:
@@ -132,9 +136,13 @@ def _memmap(data_file: Path) -> numpy.memmap:
 class C4Data:
     """Windows of the cached token stream of this rank; held-out windows from the validation text."""
 
-    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> None:
+    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, report=None) -> None:
         self.cfg, self.rank, self.world_size, self.out_dir = cfg, rank, world_size, out_dir
-        self.tokens = _memmap(build_cache(cfg, rank, world_size, out_dir))
+        data_file = build_cache(cfg, rank, world_size, out_dir, report)
+        meta = json.loads(data_file.with_suffix(".json").read_text())
+        self.cached = report is not None and report.total is None  # the marker was there already
+        self.prepared = meta["tokens"]
+        self.tokens = numpy.memmap(data_file, dtype=meta["dtype"], mode="r")
         self.batch_size, self.seq_len = cfg.data.batch_size, cfg.data.seq_len
         self.windows = (len(self.tokens) - 1) // self.seq_len
         self.position = 0
@@ -154,7 +162,8 @@ class C4Data:
         """The first `count` batches of consecutive held-out windows (the same on every rank and call)."""
         if self._heldout is None or len(self._heldout) < count:
             budget = count * self.batch_size * self.seq_len + self.seq_len
-            tokens = _memmap(build_cache(self.cfg, self.rank, self.world_size, self.out_dir, "validation", budget))
+            tokens = _memmap(build_cache(self.cfg, self.rank, self.world_size, self.out_dir,
+                                           split="validation", budget=budget))
             windows = (len(tokens) - 1) // self.seq_len
             rows = [torch.from_numpy(tokens[(i % windows) * self.seq_len:(i % windows + 1) * self.seq_len]
                                      .astype(numpy.int64)) for i in range(count * self.batch_size)]
