@@ -168,5 +168,6 @@ def print_text_table(report: dict) -> None:
         ratio = "-" if m["reach_step"] is None else f"{m['reach_steps_vs_ddp']:.2f}"
         rb = "-" if m["reach_bytes"] is None else f"{m['reach_bytes']:,}"
         rbx = "-" if m["reach_bytes_vs_ddp"] is None else f"{m['reach_bytes_vs_ddp']:.0f}x"
-        print(f"{name:<14}{m['bytes_per_rank']:>14,}{m['bytes_vs_ddp']:>9.1f}x{m['loss']:>9.4f}"
+        vs = f"{m['bytes_vs_ddp']:.1f}x" if m["bytes_per_rank"] else "-"  # nothing sent yet (H > steps)
+        print(f"{name:<14}{m['bytes_per_rank']:>14,}{vs:>10}{m['loss']:>9.4f}"
               f"{m['loss_vs_ddp']:>10.3f}{reach_step:>12}{ratio:>13}{rb:>14}{rbx:>10}")

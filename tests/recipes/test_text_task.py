@@ -115,3 +115,25 @@ def test_reports_of_one_seed_each_merge_into_the_worst_case():
     other["runs"][0]["methods"]["ddp"]["curve"] = _curve([2.8, 2.4])
     with pytest.raises(ValueError):
         merge_reports([report(0, [2.6, 2.5]), other])
+
+
+def test_a_text_run_records_the_held_out_curve_of_the_agreed_weights(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.recipes.conftest import REPO, TINY_GPT, recipe_env
+
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "recipes.train", "--config", str(TINY_GPT), f"out_dir={out}", "steps=20",
+           "data.source=c4", f"data.path={tmp_path / 'corpus'}", "data.batch_size=2", "data.seq_len=32",
+           "gradient_compression=high", "diloco.inner_steps=10", "optim.schedule_steps=10",
+           "logging.eval_every=5", "logging.eval_batches=2", "logging.wandb=false", "checkpoint.every=0"]
+    res = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    curve = result["eval_curve"]
+    assert [p["step"] for p in curve] == [5, 10, 15, 20]
+    # steps 5 and 15 are mid-phase: the agreed (outer) weights are those of the last sync
+    assert curve[0]["eval_loss"] > curve[1]["eval_loss"] and curve[2]["eval_loss"] == curve[1]["eval_loss"]
+    assert result["eval_loss"] == curve[3]["eval_loss"]  # step 20 is a sync: the final weights
