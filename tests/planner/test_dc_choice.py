@@ -1,0 +1,122 @@
+"""The datacenter planner: its arithmetic by hand, its choice on three what-if matrices, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+from core.domain.records import Cluster, Node
+from core.errors import InvalidInput
+from core.planner import dc_choice
+from core.planner import wan_what_if as planner
+from core.planner.cluster_inputs import model_params
+from core.planner.datacenter_inputs import choose_for_cluster
+from core.state.cluster_records import save_cluster
+from core.state.node_records import add_nodes
+from core.state.store import Store
+
+WHAT_IF = Path(__file__).resolve().parent / "what_if"
+MATRICES = ("even", "bad_link", "far_site")
+
+
+def _choose(name, step_time=0.8, model="gpt-neo", size="1.3b", steps=10_000):
+    return choose_for_cluster(None, None, model, size, step_time=step_time,
+                              matrix_file=WHAT_IF / f"{name}.yaml", steps=steps)
+
+
+@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("model,size", [("gpt-neo", "125m"), ("gpt-neo", "1.3b"), ("gpt-neo-x", "1.4b")])
+def test_the_choice_is_never_slower_than_every_datacenter(name, model, size):
+    for step_time in (0.05, 0.2, 0.8, 3.0):
+        result = _choose(name, step_time, model, size)
+        assert result.best.seconds <= result.everyone.seconds
+        assert result.best.seconds <= result.choices[0].seconds * (1 + dc_choice.TIE)
+        assert len(result.choices) == 2 ** len(result.sites) - 1  # every subset priced
+
+
+def test_the_three_matrices_choose_as_their_comments_say():
+    assert _choose("even").best.datacenters == ("ams", "fra", "par")
+    bad = _choose("bad_link")
+    assert bad.best.datacenters == ("ams", "fra")
+    assert bad.reason().startswith("use ams and fra (16 GPUs), preset ")
+    assert "dropping lon (behind a 10 Mbit/s link) finishes sooner: 2.8 h vs 7.0 h with all 3" in bad.reason()
+    assert _choose("far_site").best.datacenters == ("ams", "fra", "par", "sgp")
+    assert _choose("even").reason().startswith("use all 3 datacenters (24 GPUs)")
+
+
+def test_the_slow_link_case_by_hand():
+    """All three of bad_link: lon's 10 Mbit/s link paces a hierarchical exchange among K = 3."""
+    result = _choose("bad_link")
+    every = result.everyone
+    params = model_params("gpt-neo", "1.3b")
+    preset = {"bits": 1, "block": 128}  # `ultra`, what the planner picks for all three
+    assert every.preset == "ultra" and every.overlap
+    payload = math.ceil(params * preset["bits"] / 8) + 4 * math.ceil(params / preset["block"])
+    wire = 2 * (3 - 1) / 3 * payload  # reduce-scatter + all-gather: 2(K-1)/K of one payload
+    sync = wire / (10e6 / 8 * planner.DEFAULT_EFFICIENCY) + 2 * (3 - 1) * 18 / 2000
+    step = 0.8 + max(0.0, sync - 100 * 0.8) / 100  # overlapped: only the excess over H steps waits
+    assert every.step_s == pytest.approx(step)
+    assert every.seconds == pytest.approx(10_000 * step)  # all 20 GPUs: the steps as given
+    two = next(c for c in result.choices if c.datacenters == ("ams", "fra"))
+    assert two.mbit_s == 900 and two.latency_ms == 12  # slowest rate, longest round trip, fra-ams
+    assert two.seconds == pytest.approx(10_000 * 20 / 16 * two.step_s)  # same data on 16 GPUs
+
+
+def test_one_datacenter_alone_has_no_wan():
+    sites = [dc_choice.Site("a", 8), dc_choice.Site("b", 1)]
+    links = {("a", "b"): dc_choice.SiteLink(mbit_s=0.01, latency_ms=300)}
+    result = dc_choice.choose(sites, links, {"none": {"algorithm": "ddp", "bits": 32}}, 1000, 1.0, 100)
+    assert result.best.datacenters == ("a",) and result.best.mbit_s == math.inf
+    assert result.best.seconds == pytest.approx(100 * 9 / 8)
+
+
+def test_a_missing_link_or_bad_section_is_one_line(tmp_path):
+    cases = {
+        "datacenters: {a: 2, b: 2, c: 1}\nlinks:\n  - {src: a, dst: b, latency_ms: 1, mbit_s: 10}\n":
+            "no measured link between datacenters a and c",
+        "datacenters: {a: 0, b: 2}\nlinks:\n  - {src: a, dst: b, latency_ms: 1, mbit_s: 10}\n":
+            "gpus must be a whole number",
+        "datacenters: {a: 2}\nlinks:\n  - {src: a, dst: b, latency_ms: 1, mbit_s: 10}\n":
+            "link endpoint 'b' is in no datacenter",
+        "datacenters: {'a b': 2, c: 1}\nlinks:\n  - {src: a, dst: c, latency_ms: 1, mbit_s: 10}\n":
+            "is not a Kubernetes label value",
+        "datacenters: [a, b]\nlinks:\n  - {src: a, dst: b, latency_ms: 1, mbit_s: 10}\n":
+            "`datacenters:` must map names to GPU counts",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "m.yaml"
+        path.write_text(text)
+        with pytest.raises(InvalidInput) as caught:
+            choose_for_cluster(None, None, "gpt-neo", "125m", matrix_file=path)
+        assert message in caught.value.message and "\n" not in caught.value.message
+
+
+def test_a_cluster_plans_from_its_nodes_datacenters_and_stored_matrix(capsys):
+    store = Store()
+    nodes = [Node(name=n, host=f"198.51.100.{i}", username="root", datacenter=dc, cluster="eu",
+                  facts={"gpus": [{"vendor": "nvidia", "name": "H100"}] * gpus})
+             for i, (n, dc, gpus) in enumerate([("fra-a", "fra", 8), ("fra-b", "fra", 8),
+                                                ("ams-a", "ams", 8), ("lon-a", "lon", 4)])]
+    add_nodes(store, nodes)
+    save_cluster(store, Cluster(name="eu", kind="geotrain"), create=True)
+    rates = {("fra-a", "fra-b"): 25000, ("fra-a", "ams-a"): 1000, ("fra-b", "ams-a"): 800,
+             ("fra-a", "lon-a"): 10, ("fra-b", "lon-a"): 10, ("ams-a", "lon-a"): 10}
+    with store.write() as conn:
+        for (src, dst), mbit in rates.items():
+            for a, b in ((src, dst), (dst, src)):
+                conn.execute("INSERT INTO net_matrix(cluster, src, dst, latency_ms, mbit_s, measured_at)"
+                             " VALUES ('eu', ?, ?, 15.0, ?, 0)", (a, b, mbit))
+    result = choose_for_cluster(store, "eu", "gpt-neo", "1.3b", step_time=0.8)
+    assert [(s.name, s.gpus) for s in result.sites] == [("ams", 8), ("fra", 16), ("lon", 4)]
+    assert result.best.datacenters == ("ams", "fra") and result.best.mbit_s == 800
+    assert main(["clusters", "plan", "eu", "--model", "gpt-neo", "--size", "1.3b", "--step-time", "0.8"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen: use ams and fra (24 GPUs)" in out and "dropping lon (behind a 10 Mbit/s link)" in out
+    assert main(["clusters", "plan", "eu", "--model", "gpt-neo", "--size", "1.3b", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["datacenters"]["chosen"]["datacenters"] == ["ams", "fra"]
+    assert choose_for_cluster(store, "local", "gpt-neo", "tiny") is None  # one machine: nothing to choose
