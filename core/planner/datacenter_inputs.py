@@ -94,8 +94,10 @@ def choose_for_cluster(store: Store | None, cluster: str | None, model: str, siz
         record = cluster_inputs.get_cluster(store, cluster)
         if record.kind == "local" or cluster == cluster_inputs.LOCAL_CLUSTER:
             return None
-        links = cluster_inputs.cluster_links(store, cluster, None)
         sites, site_of = sites_of_cluster(store, cluster)
+        if len(sites) < 2:
+            return None
+        links = cluster_inputs.cluster_links(store, cluster, None)
     else:
         raise InvalidInput("nothing to plan for", "name a cluster or pass --matrix FILE")
     if len(sites) < 2:

@@ -9,15 +9,13 @@ from pathlib import Path
 import pytest
 
 from core.cli import main
-from core.domain.records import Cluster, Node
 from core.errors import InvalidInput
 from core.planner import dc_choice
 from core.planner import wan_what_if as planner
 from core.planner.cluster_inputs import model_params
 from core.planner.datacenter_inputs import choose_for_cluster
-from core.state.cluster_records import save_cluster
-from core.state.node_records import add_nodes
 from core.state.store import Store
+from tests.planner.clusters import seed_three_datacenters
 
 WHAT_IF = Path(__file__).resolve().parent / "what_if"
 MATRICES = ("even", "bad_link", "far_site")
@@ -97,19 +95,7 @@ def test_a_missing_link_or_bad_section_is_one_line(tmp_path):
 
 def test_a_cluster_plans_from_its_nodes_datacenters_and_stored_matrix(capsys):
     store = Store()
-    nodes = [Node(name=n, host=f"198.51.100.{i}", username="root", datacenter=dc, cluster="eu",
-                  facts={"gpus": [{"vendor": "nvidia", "name": "H100"}] * gpus})
-             for i, (n, dc, gpus) in enumerate([("fra-a", "fra", 8), ("fra-b", "fra", 8),
-                                                ("ams-a", "ams", 8), ("lon-a", "lon", 4)])]
-    add_nodes(store, nodes)
-    save_cluster(store, Cluster(name="eu", kind="geotrain"), create=True)
-    rates = {("fra-a", "fra-b"): 25000, ("fra-a", "ams-a"): 1000, ("fra-b", "ams-a"): 800,
-             ("fra-a", "lon-a"): 10, ("fra-b", "lon-a"): 10, ("ams-a", "lon-a"): 10}
-    with store.write() as conn:
-        for (src, dst), mbit in rates.items():
-            for a, b in ((src, dst), (dst, src)):
-                conn.execute("INSERT INTO net_matrix(cluster, src, dst, latency_ms, mbit_s, measured_at)"
-                             " VALUES ('eu', ?, ?, 15.0, ?, 0)", (a, b, mbit))
+    seed_three_datacenters(store)
     result = choose_for_cluster(store, "eu", "gpt-neo", "1.3b", step_time=0.8)
     assert [(s.name, s.gpus) for s in result.sites] == [("ams", 8), ("fra", 16), ("lon", 4)]
     assert result.best.datacenters == ("ams", "fra") and result.best.mbit_s == 800
