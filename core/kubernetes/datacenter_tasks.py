@@ -8,10 +8,11 @@ in it and this pod's rank inside it. A datacenter with two GPU kinds (nvidia.com
 amd.com/gpu) gets one task per kind; its pods still share the datacenter's identity and
 count their ranks across both tasks. Torch elastic's global rank is untouched.
 
-Ranks and sizes count processes (torchrun starts one per GPU): a pod of S processes has
-GEOTRAIN_DC_RANK = the rank of its first process, and its process LOCAL_RANK adds to it. The
-pod's index inside its task comes from Volcano's env plugin (`VC_TASK_INDEX`, set per pod;
-volcano.sh docs, "Env Plugin": VK_TASK_INDEX and VC_TASK_INDEX hold the pod's index).
+Ranks and sizes count processes (torchrun starts one per GPU, each a worker to recipes/):
+the pod's shell sets GEOTRAIN_DC_RANK to the rank of its first process, from the pod's index
+in its task (Volcano's env plugin sets `VC_TASK_INDEX` per pod; volcano.sh docs, "Env
+Plugin"), and a pod of several processes starts each through a small `sh` that adds the
+process's LOCAL_RANK (torchrun `--no-python`), so every process sees its own rank.
 """
 
 from __future__ import annotations
@@ -31,6 +32,19 @@ _RANK_PRELUDE = """\
 [ -n "${{VC_TASK_INDEX:-}}" ] || {{ echo "geotrain: VC_TASK_INDEX is unset: the job needs Volcano's env plugin" >&2; exit 1; }}
 export {rank}=$(({offset} + VC_TASK_INDEX * {slots}))
 """
+
+
+TRAIN_MODULE = "-m recipes.train"  # where torchrun's command names the training script
+# torchrun --no-python runs `/bin/sh -c SCRIPT python3 -m recipes.train ...`: SCRIPT adds
+# the process's LOCAL_RANK to the pod's first rank, then becomes python.
+PER_PROCESS_RANK = ("--no-python /bin/sh -c "
+                    f"'{DC_RANK_ENV}=$(({DC_RANK_ENV} + LOCAL_RANK)) exec \"$0\" \"$@\"' python3 ")
+
+
+def _rank_per_process(script: str) -> str:
+    if script.count(TRAIN_MODULE) != 1:
+        raise AssertionError(f"the pod command has no single {TRAIN_MODULE!r} to add ranks at")
+    return script.replace(TRAIN_MODULE, PER_PROCESS_RANK + TRAIN_MODULE)
 
 
 def uses_datacenters(placed: Placed) -> bool:
@@ -65,12 +79,14 @@ def _tell_pod(template: dict[str, Any], dc: str, index: int, count: int, size: i
               rank: int | None, offset: int, slots: int) -> dict[str, Any]:
     """Add the datacenter's environment and zone affinity to a pod template (in place)."""
     container = template["spec"]["containers"][0]
+    shell = container["command"]
+    if slots > 1:
+        shell[-1] = _rank_per_process(shell[-1])
     env = {DATACENTER_ENV: dc, DC_INDEX_ENV: str(index), DC_COUNT_ENV: str(count),
            DC_SIZE_ENV: str(size)}
     if rank is not None:  # the master: one pod, its rank known now
         env[DC_RANK_ENV] = str(rank)
     else:
-        shell = container["command"]
         shell[-1] = _RANK_PRELUDE.format(rank=DC_RANK_ENV, offset=offset, slots=slots) + shell[-1]
     container["env"] = container["env"] + [{"name": k, "value": v} for k, v in env.items()]
     affinity = template["spec"].setdefault("affinity", {})

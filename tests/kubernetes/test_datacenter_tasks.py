@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -48,6 +51,25 @@ def _dc_rank(task, index: int) -> int:
     return int(out.stdout)
 
 
+def _process_ranks(task, first: int, slots: int) -> list[int]:
+    """The rank each of the pod's processes sees: torchrun --no-python starts the command after
+    it with LOCAL_RANK set; here it is started the same way, python swapped for a shell."""
+    exec_line = _container(task)["command"][2].splitlines()[-1]
+    argv = shlex.split(exec_line)
+    if "--no-python" not in argv:
+        assert slots == 1
+        return [first]
+    wrapper = argv[argv.index("--no-python") + 1:]
+    assert wrapper[:2] == ["/bin/sh", "-c"] and wrapper[3:6] == ["python3", "-m", "recipes.train"]
+    ranks = []
+    for local in range(slots):
+        out = subprocess.run(wrapper[:3] + ["/bin/sh", "-c", 'echo "$GEOTRAIN_DC_RANK"'], check=True,
+                             capture_output=True, text=True,
+                             env={"GEOTRAIN_DC_RANK": str(first), "LOCAL_RANK": str(local)})
+        ranks.append(int(out.stdout))
+    return ranks
+
+
 def _zone_terms(task):
     terms = task["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -87,7 +109,7 @@ def test_ranks_inside_each_datacenter_cover_its_processes_once():
         env, slots = _env(task), int(_container(task)["command"][2].split("--nproc-per-node=")[1].split()[0])
         for index in range(task["replicas"]):
             first = _dc_rank(task, index)
-            seen.setdefault(env["GEOTRAIN_DATACENTER"], []).extend(range(first, first + slots))
+            seen.setdefault(env["GEOTRAIN_DATACENTER"], []).extend(_process_ranks(task, first, slots))
             assert int(env["GEOTRAIN_DC_SIZE"]) >= first + slots
     # fra: 8 (master) + 8 (H100) + 8 (MI300) processes; lon: 3 one-GPU pods; sgp: 2 CPU pods
     assert {dc: sorted(ranks) for dc, ranks in seen.items()} == \
@@ -155,3 +177,21 @@ def test_a_zone_label_that_is_not_a_label_value_is_refused():
     with pytest.raises(InvalidInput) as caught:
         groups_from_kubernetes(nodes)
     assert "\n" not in caught.value.message and "node a" in caught.value.message
+
+
+@pytest.mark.slow
+def test_real_torchrun_gives_each_process_of_a_pod_its_own_rank_in_the_datacenter():
+    """The pod's wrapper under the real torchrun (--no-python), two processes, no collective."""
+    job = render_volcano_job("ws-three-dcs", make_spec(workers=8), CLUSTER, THREE_DCS)
+    task = next(t for t in job["spec"]["tasks"] if t["name"] == "dc0-amd")
+    argv = shlex.split(_container(task)["command"][2].splitlines()[-1])
+    wrapper = argv[argv.index("--no-python"):argv.index("--no-python") + 4]
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2",
+         "--monitor-interval=1", *wrapper, sys.executable, "-c",
+         "import os; print('ranks', os.environ['LOCAL_RANK'], os.environ['GEOTRAIN_DC_RANK'])"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "GEOTRAIN_DC_RANK": "16", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("ranks")) == \
+        ["ranks 0 16", "ranks 1 17"]
