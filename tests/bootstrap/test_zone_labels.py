@@ -71,3 +71,15 @@ def test_a_datacenter_kubernetes_would_refuse_is_one_line_before_anything_runs(g
 def test_label_values_kubernetes_accepts_pass(good):
     # k8s.io/apimachinery/pkg/util/validation IsValidLabelValue: ≤ 63, [A-Za-z0-9._-], alnum ends.
     assert check_datacenter(good, "here") == good
+
+
+def test_importing_a_server_with_a_datacenter_kubernetes_would_refuse_contacts_nothing(geotrain_home):
+    from core.nodes.pool import ImportRequest, NodePool
+
+    pool = NodePool(Store())
+    request = ImportRequest(name="gpu-1", host="192.0.2.1", username="root", datacenter="fra 1; reboot",
+                            source="nodes.csv line 2")
+    with pytest.raises(InvalidInput) as caught:
+        pool.import_nodes([request])  # refused before any SSH connection (192.0.2.1 is TEST-NET)
+    assert caught.value.message.startswith("nodes.csv line 2: node gpu-1: datacenter 'fra 1; reboot'")
+    assert pool.list() == []
