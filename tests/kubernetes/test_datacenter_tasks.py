@@ -17,7 +17,9 @@ from core.kubernetes.admission import admission_errors
 from core.kubernetes.manifests import render_volcano_job
 from core.kubernetes.node_groups import NodeGroup, groups_from_kubernetes
 from core.kubernetes.pod_security import pod_specs, violations
-from tests.kubernetes.conftest import make_spec, write_kubeconfig
+from core.state.cluster_records import get_cluster
+from core.state.store import Store
+from tests.kubernetes.conftest import make_spec, run
 
 CLUSTER = Cluster(name="dc", kind="geotrain")
 
@@ -152,19 +154,18 @@ def test_pod_names_stay_dns_labels_with_many_datacenters_and_a_long_job_name():
     assert "dc9-amd" in [t["name"] for t in job["spec"]["tasks"]]
 
 
-def test_zone_labels_read_from_the_api_reach_the_job_the_stand_in_api_accepts(fake, tmp_path,
-                                                                              geotrain_home):
-    """The node list as the API gives it (zone labels) -> groups -> a job submitted with the
-    real client to FakeKubeAPI (a stand-in: no Kubernetes API server can run here)."""
-    nodes = [{"metadata": {"name": f"{dc}-{i}", "labels": {ZONE_LABEL: dc}},
-              "status": {"allocatable": {resource: "2"}}}
-             for dc, resource in (("fra", "nvidia.com/gpu"), ("lon", "amd.com/gpu"), ("ams", "nvidia.com/gpu"))
-             for i in range(2)]
-    groups = groups_from_kubernetes(nodes)
-    assert {g.datacenter for g in groups} == {"fra", "lon", "ams"}
-    cluster = Cluster(name="three", kind="kubernetes",
-                      kubeconfig_path=write_kubeconfig(tmp_path / "kubeconfig", fake.url),
-                      config={"context": "fake-ctx", "node_groups": [g.to_dict() for g in groups]})
+def test_zone_labels_read_at_registration_reach_the_job_the_stand_in_api_accepts(fake, kubeconfig, capsys):
+    """`clusters add-kubernetes` reads the nodes' zone labels; deploy submits one task per
+    datacenter with the real client to FakeKubeAPI (a stand-in: no API server runs here)."""
+    fake.nodes = [{"metadata": {"name": f"{dc}-{i}", "labels": {ZONE_LABEL: dc}},
+                   "status": {"allocatable": {resource: "2"}}}
+                  for dc, resource in (("fra", "nvidia.com/gpu"), ("lon", "amd.com/gpu"), ("ams", "nvidia.com/gpu"))
+                  for i in range(2)]
+    code, out, err = run(capsys, "clusters", "add-kubernetes", "three", "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    assert "6 nodes (2× nvidia (2 GPUs) in ams, 2× nvidia (2 GPUs) in fra, 2× amd (2 GPUs) in lon)" in out
+    cluster = get_cluster(Store(), "three")
+    assert {g["datacenter"] for g in cluster.config["node_groups"]} == {"fra", "lon", "ams"}
     KubernetesBackend(cluster).deploy("ws-zones", make_spec(cluster="three", workers=6), {})
     job = fake.objects[("jobs", "default", "gt-ws-zones")]
     tasks = {t["name"]: _env(t)["GEOTRAIN_DATACENTER"] for t in job["spec"]["tasks"]}
