@@ -13,6 +13,11 @@ the pod's shell sets GEOTRAIN_DC_RANK to the rank of its first process, from the
 in its task (Volcano's env plugin sets `VC_TASK_INDEX` per pod; volcano.sh docs, "Env
 Plugin"), and a pod of several processes starts each through a small `sh` that adds the
 process's LOCAL_RANK (torchrun `--no-python`), so every process sees its own rank.
+
+GEOTRAIN_DC_COUNT is what turns the recipe's hierarchical DiLoCo on, and that needs the same
+number of worker processes in every datacenter (recipes/topology.py refuses the run
+otherwise): where the datacenters differ, it is left out and the job trains flat, its pods
+still told their datacenter, rank and size there.
 """
 
 from __future__ import annotations
@@ -75,15 +80,16 @@ def _task_name(index: int, group: NodeGroup, siblings: list[NodeGroup]) -> str:
     return f"dc{index}-{group.vendor}{suffix}"
 
 
-def _tell_pod(template: dict[str, Any], dc: str, index: int, count: int, size: int,
+def _tell_pod(template: dict[str, Any], dc: str, index: int, count: int | None, size: int,
               rank: int | None, offset: int, slots: int) -> dict[str, Any]:
     """Add the datacenter's environment and zone affinity to a pod template (in place)."""
     container = template["spec"]["containers"][0]
     shell = container["command"]
     if slots > 1:
         shell[-1] = _rank_per_process(shell[-1])
-    env = {DATACENTER_ENV: dc, DC_INDEX_ENV: str(index), DC_COUNT_ENV: str(count),
-           DC_SIZE_ENV: str(size)}
+    env = {DATACENTER_ENV: dc, DC_INDEX_ENV: str(index), DC_SIZE_ENV: str(size)}
+    if count is not None:
+        env[DC_COUNT_ENV] = str(count)
     if rank is not None:  # the master: one pod, its rank known now
         env[DC_RANK_ENV] = str(rank)
     else:
@@ -104,13 +110,15 @@ def datacenter_tasks(placed: Placed, template: Template) -> list[dict[str, Any]]
     datacenter and node kind, replicas = that kind's workers there."""
     names = datacenters(placed)
     host_group = placed[0][0]
+    sizes = {dc: sum(g.slots * n for g, n in placed if g.datacenter == dc) for dc in names}
+    dc_count = len(names) if len(set(sizes.values())) == 1 else None  # None: unequal, train flat
     tasks: list[dict[str, Any]] = []
     for index, dc in enumerate(names):
         here = [(g, n) for g, n in placed if g.datacenter == dc]
-        size = sum(g.slots * n for g, n in here)
+        size = sizes[dc]
         offset = 0
         if host_group.datacenter == dc:
-            master = _tell_pod(template(host_group, True), dc, index, len(names), size, 0, 0,
+            master = _tell_pod(template(host_group, True), dc, index, dc_count, size, 0, 0,
                                host_group.slots)
             tasks.append({"name": "master", "replicas": 1, "minAvailable": 1, "template": master,
                           "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]})
@@ -119,7 +127,7 @@ def datacenter_tasks(placed: Placed, template: Template) -> list[dict[str, Any]]
             count -= 1 if group is host_group else 0
             if not count:
                 continue
-            pod = _tell_pod(template(group, False), dc, index, len(names), size, None, offset,
+            pod = _tell_pod(template(group, False), dc, index, dc_count, size, None, offset,
                             group.slots)
             name = _task_name(index, group, [g for g, _ in here])
             tasks.append({"name": name, "replicas": count, "minAvailable": count, "template": pod})

@@ -100,8 +100,11 @@ def test_three_datacenter_mixed_gpu_job_passes_the_crd_schema_and_admission(job_
             assert term[ZONE_LABEL] == [zone]
             assert all(host.startswith(zone.split(".")[0]) for host in term["kubernetes.io/hostname"])
         env = _env(tasks[name])
-        assert env["GEOTRAIN_DATACENTER"] == zone and env["GEOTRAIN_DC_COUNT"] == "3"
+        assert env["GEOTRAIN_DATACENTER"] == zone
         assert env["GEOTRAIN_DC_INDEX"] == str(["fra", "lon", "sgp.1"].index(zone))
+        # 24, 3 and 2 processes: recipes/topology.py's hierarchical DiLoCo needs equal
+        # datacenters, so the count (which turns it on) is left out and the job trains flat
+        assert "GEOTRAIN_DC_COUNT" not in env
 
 
 def test_ranks_inside_each_datacenter_cover_its_processes_once():
@@ -170,6 +173,8 @@ def test_zone_labels_read_at_registration_reach_the_job_the_stand_in_api_accepts
     job = fake.objects[("jobs", "default", "gt-ws-zones")]
     tasks = {t["name"]: _env(t)["GEOTRAIN_DATACENTER"] for t in job["spec"]["tasks"]}
     assert tasks == {"master": "ams", "dc0": "ams", "dc1": "fra", "dc2": "lon"}
+    # equal datacenters (2 pods x 2 GPUs each): the count is there, hierarchical DiLoCo runs
+    assert {(_env(t)["GEOTRAIN_DC_COUNT"], _env(t)["GEOTRAIN_DC_SIZE"]) for t in job["spec"]["tasks"]} == {("3", "4")}
 
 
 def test_a_zone_label_that_is_not_a_label_value_is_refused():
