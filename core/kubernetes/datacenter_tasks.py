@@ -40,10 +40,11 @@ export {rank}=$(({offset} + VC_TASK_INDEX * {slots}))
 
 
 TRAIN_MODULE = "-m recipes.train"  # where torchrun's command names the training script
-# torchrun --no-python runs `/bin/sh -c SCRIPT python3 -m recipes.train ...`: SCRIPT adds
-# the process's LOCAL_RANK to the pod's first rank, then becomes python.
+# torchrun --no-python runs `/bin/sh -c SCRIPT PYTHON -m recipes.train ...`: SCRIPT adds
+# the process's LOCAL_RANK to the pod's first rank, then becomes python (the pod's shell
+# found it as $py before the rendezvous wait).
 PER_PROCESS_RANK = ("--no-python /bin/sh -c "
-                    f"'{DC_RANK_ENV}=$(({DC_RANK_ENV} + LOCAL_RANK)) exec \"$0\" \"$@\"' python3 ")
+                    f"'{DC_RANK_ENV}=$(({DC_RANK_ENV} + LOCAL_RANK)) exec \"$0\" \"$@\"' \"${{py:-python3}}\" ")
 
 
 def _rank_per_process(script: str) -> str:

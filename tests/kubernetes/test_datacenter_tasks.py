@@ -62,7 +62,7 @@ def _process_ranks(task, first: int, slots: int) -> list[int]:
         assert slots == 1
         return [first]
     wrapper = argv[argv.index("--no-python") + 1:]
-    assert wrapper[:2] == ["/bin/sh", "-c"] and wrapper[3:6] == ["python3", "-m", "recipes.train"]
+    assert wrapper[:2] == ["/bin/sh", "-c"] and wrapper[3:6] == ["${py:-python3}", "-m", "recipes.train"]
     ranks = []
     for local in range(slots):
         out = subprocess.run(wrapper[:3] + ["/bin/sh", "-c", 'echo "$GEOTRAIN_DC_RANK"'], check=True,
