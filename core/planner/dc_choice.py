@@ -94,11 +94,18 @@ class DatacenterPlan:
             return f"use all {len(self.sites)} datacenters ({best.gpus} GPUs), {how}: " \
                    f"{duration(best.seconds)}{tail}"
         dropped = [s.name for s in self.sites if s.name not in best.datacenters]
+        # a dropped datacenter's slowest link to the chosen ones; "behind" it only when slower
+        # than what the chosen ones already wait for (else its GPUs just do not pay their way)
         rates = sorted({min(self.link(d, c).mbit_s for c in best.datacenters) for d in dropped})
-        behind = (f"behind a {rates[0]:g} Mbit/s link" if len(rates) == 1 else
-                  f"behind {_names([f'{r:g}' for r in rates])} Mbit/s links")
+        if rates[-1] >= best.mbit_s:
+            why = "its GPUs do not pay for the exchange" if len(dropped) == 1 else \
+                "their GPUs do not pay for the exchange"
+        elif len(rates) == 1:
+            why = f"behind a {rates[0]:g} Mbit/s link"
+        else:
+            why = f"behind {_names([f'{r:g}' for r in rates])} Mbit/s links"
         return (f"use {_names(list(best.datacenters))} ({best.gpus} GPUs), {how}: dropping "
-                f"{_names(dropped)} ({behind}) finishes sooner: {duration(best.seconds)} vs "
+                f"{_names(dropped)} ({why}) finishes sooner: {duration(best.seconds)} vs "
                 f"{duration(every.seconds)} with all {len(self.sites)}")
 
     def as_dict(self) -> dict[str, Any]:

@@ -44,6 +44,12 @@ def test_the_three_matrices_choose_as_their_comments_say():
     assert "dropping lon (behind a 10 Mbit/s link) finishes sooner: 2.8 h vs 7.0 h with all 3" in bad.reason()
     assert _choose("far_site").best.datacenters == ("ams", "fra", "par", "sgp")
     assert _choose("even").reason().startswith("use all 3 datacenters (24 GPUs)")
+    # fast compute: the far site's 16 GPUs with fra beat all four, ams and par being on fast
+    # links themselves (not "behind" anything): their few GPUs do not pay for a third party
+    fast = _choose("far_site", step_time=0.2)
+    assert fast.best.datacenters == ("fra", "sgp")
+    assert "dropping ams and par (their GPUs do not pay for the exchange) finishes sooner: " \
+        "44 min vs 48 min with all 4" in fast.reason()
 
 
 def test_the_slow_link_case_by_hand():
