@@ -111,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         if os.geteuid() != 0:
             print("error: --measure needs root (network namespaces and tc): run it with sudo", file=sys.stderr)
             return 2
+        from recipes.bench import netns
+
+        if netns.our_namespaces():  # up() tears them down: never under another bench's feet
+            print(f"error: {', '.join(netns.our_namespaces())} exist: another WAN bench is running; "
+                  "try again when it ends", file=sys.stderr)
+            return 2
         report["measured"] = measure(args.method, args.bench_steps, args.good_mbit, args.bad_mbit, args.timeout)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
