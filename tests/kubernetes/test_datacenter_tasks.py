@@ -157,22 +157,25 @@ def test_pod_names_stay_dns_labels_with_many_datacenters_and_a_long_job_name():
     assert "dc9-amd" in [t["name"] for t in job["spec"]["tasks"]]
 
 
-def test_zone_labels_read_at_registration_reach_the_job_the_stand_in_api_accepts(fake, kubeconfig, capsys):
+def test_zone_labels_read_at_registration_reach_the_job_the_stand_in_api_accepts(fake, kubeconfig, capsys,
+                                                                                job_validator):
     """`clusters add-kubernetes` reads the nodes' zone labels; deploy submits one task per
     datacenter with the real client to FakeKubeAPI (a stand-in: no API server runs here)."""
-    fake.nodes = [{"metadata": {"name": f"{dc}-{i}", "labels": {ZONE_LABEL: dc}},
-                   "status": {"allocatable": {resource: "2"}}}
-                  for dc, resource in (("fra", "nvidia.com/gpu"), ("lon", "amd.com/gpu"), ("ams", "nvidia.com/gpu"))
-                  for i in range(2)]
+    # three datacenters, mixed GPUs: fra has one NVIDIA and one AMD box
+    kinds = {"ams-0": "nvidia", "ams-1": "nvidia", "fra-0": "nvidia", "fra-1": "amd", "lon-0": "amd", "lon-1": "amd"}
+    fake.nodes = [{"metadata": {"name": name, "labels": {ZONE_LABEL: name[:3]}},
+                   "status": {"allocatable": {f"{vendor}.com/gpu": "2"}}} for name, vendor in kinds.items()]
     code, out, err = run(capsys, "clusters", "add-kubernetes", "three", "--kubeconfig", kubeconfig)
     assert code == 0, err
-    assert "6 nodes (2× nvidia (2 GPUs) in ams, 2× nvidia (2 GPUs) in fra, 2× amd (2 GPUs) in lon)" in out
+    assert "6 nodes (2× nvidia (2 GPUs) in ams, 1× nvidia (2 GPUs) in fra, 1× amd (2 GPUs) in fra, " \
+        "2× amd (2 GPUs) in lon)" in out
     cluster = get_cluster(Store(), "three")
     assert {g["datacenter"] for g in cluster.config["node_groups"]} == {"fra", "lon", "ams"}
     KubernetesBackend(cluster).deploy("ws-zones", make_spec(cluster="three", workers=6), {})
     job = fake.objects[("jobs", "default", "gt-ws-zones")]
     tasks = {t["name"]: _env(t)["GEOTRAIN_DATACENTER"] for t in job["spec"]["tasks"]}
-    assert tasks == {"master": "ams", "dc0": "ams", "dc1": "fra", "dc2": "lon"}
+    assert tasks == {"master": "ams", "dc0": "ams", "dc1-nvidia": "fra", "dc1-amd": "fra", "dc2": "lon"}
+    assert admission_errors(job) == [] and not list(job_validator.iter_errors(job))
     # equal datacenters (2 pods x 2 GPUs each): the count is there, hierarchical DiLoCo runs
     assert {(_env(t)["GEOTRAIN_DC_COUNT"], _env(t)["GEOTRAIN_DC_SIZE"]) for t in job["spec"]["tasks"]} == {("3", "4")}
 
