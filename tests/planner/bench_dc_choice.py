@@ -26,6 +26,7 @@ from core.planner.datacenter_inputs import choose_for_cluster
 
 WHAT_IF = Path(__file__).resolve().parent / "what_if"
 MATRICES = ("even", "bad_link", "far_site")
+NETNS_PREFIX = "gtdc-"
 
 
 def predictions(model: str, size: str, step_time: float, steps: int) -> dict:
@@ -113,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from recipes.bench import netns
 
-        if netns.our_namespaces():  # up() tears them down: never under another bench's feet
-            print(f"error: {', '.join(netns.our_namespaces())} exist: another WAN bench is running; "
+        # namespaces of our own (the WAN bench's teardown deletes every gtwan-*, ours included)
+        netns.PREFIX, netns.HUB = NETNS_PREFIX, NETNS_PREFIX + "hub"
+        if netns.our_namespaces():  # up() tears them down: never under another run's feet
+            print(f"error: {', '.join(netns.our_namespaces())} exist: another bench_dc_choice is running; "
                   "try again when it ends", file=sys.stderr)
             return 2
         report["measured"] = measure(args.method, args.bench_steps, args.good_mbit, args.bad_mbit, args.timeout)
