@@ -147,23 +147,25 @@ def _subsets(sites: list[Site], links: dict[tuple[str, str], SiteLink]) -> list[
 
 def _price(subset: tuple[Site, ...], links: dict[tuple[str, str], SiteLink], all_gpus: int, steps: int,
            presets: dict[str, dict[str, Any]], params: int, compute_s: float, target: float,
-           efficiency: float) -> Choice:
+           efficiency: float, overlap: bool | None) -> Choice:
     pairs = [links[tuple(sorted((a.name, b.name)))] for a, b in itertools.combinations(subset, 2)]  # type: ignore[index]
     net = planner.Network(workers=len(subset), mbit_s=min((p.mbit_s for p in pairs), default=math.inf),
                           latency_ms=max((p.latency_ms for p in pairs), default=0.0))
     result = planner.plan(presets, params, compute_s, net, target, efficiency, between_datacenters=True)
     best = next(e for e in result.estimates if e.preset == result.recommended)
-    step = best.step_s_overlap if result.overlap else best.step_s
+    overlap = result.overlap if overlap is None else overlap and best.inner_steps > 1
+    step = best.step_s_overlap if overlap else best.step_s
     gpus = sum(s.gpus for s in subset)
-    return Choice(tuple(s.name for s in subset), gpus, best.preset, result.overlap, step,
+    return Choice(tuple(s.name for s in subset), gpus, best.preset, overlap, step,
                   steps * all_gpus / gpus * step, net.mbit_s, net.latency_ms)
 
 
 def choose(sites: list[Site], links: dict[tuple[str, str], SiteLink], presets: dict[str, dict[str, Any]],
            params: int, compute_s: float, steps: int, target: float = planner.DEFAULT_TARGET,
-           efficiency: float = planner.DEFAULT_EFFICIENCY) -> DatacenterPlan:
+           efficiency: float = planner.DEFAULT_EFFICIENCY, overlap: bool | None = None) -> DatacenterPlan:
     """Price every set of datacenters and pick the fastest to train as far as `steps` steps on
-    all of them would; within TIE of the fastest, the set with more GPUs."""
+    all of them would; within TIE of the fastest, the set with more GPUs. `overlap` None: as
+    the planner recommends per set; True/False: every set priced so (a run that fixed it)."""
     if not sites:
         raise InvalidInput("no datacenters to choose from", "give the nodes a datacenter, or a --matrix "
                            "file with a `datacenters:` section")
@@ -175,7 +177,8 @@ def choose(sites: list[Site], links: dict[tuple[str, str], SiteLink], presets: d
                                "re-run the network step of the cluster wizard, or give the link in the --matrix file")
     all_gpus = sum(s.gpus for s in sites)
     result = DatacenterPlan(steps=steps, sites=sorted(sites, key=lambda s: s.name), links=links)
-    result.choices = sorted((_price(subset, links, all_gpus, steps, presets, params, compute_s, target, efficiency)
+    result.choices = sorted((_price(subset, links, all_gpus, steps, presets, params, compute_s, target, efficiency,
+                                    overlap)
                              for subset in _subsets(result.sites, links)),
                             key=lambda c: (c.seconds, -c.gpus, c.datacenters))
     fastest = result.choices[0].seconds

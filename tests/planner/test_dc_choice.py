@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.cli import main
+from core.domain import recipe_catalog
 from core.errors import InvalidInput
 from core.planner import dc_choice
 from core.planner import wan_what_if as planner
@@ -68,6 +69,12 @@ def test_the_slow_link_case_by_hand():
     two = next(c for c in result.choices if c.datacenters == ("ams", "fra"))
     assert two.mbit_s == 900 and two.latency_ms == 12  # slowest rate, longest round trip, fra-ams
     assert two.seconds == pytest.approx(10_000 * 20 / 16 * two.step_s)  # same data on 16 GPUs
+    # a run that fixed overlap off (as the WAN bench's `low` does) is priced so, every set
+    fixed = dc_choice.choose(result.sites, result.links, {"ultra": recipe_catalog.presets()["ultra"]},
+                             params, 0.8, 10_000, overlap=False)
+    every = next(c for c in fixed.choices if len(c.datacenters) == 3)
+    assert not any(c.overlap for c in fixed.choices)
+    assert every.step_s == pytest.approx(0.8 + sync / 100)
 
 
 def test_one_datacenter_alone_has_no_wan():
