@@ -9,6 +9,7 @@ from core.domain import limits
 
 from core.planner import wan_what_if as planner
 from core.cli.output import dump_json, table
+from core.errors import InvalidInput
 from core.state.store import Store
 from core.planner import dc_choice
 from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
@@ -60,9 +61,15 @@ def cmd_plan(args) -> int:
     result = plan_for_cluster(store, None if args.matrix else args.name,
                               args.model, args.size, step_time=args.step_time, matrix_file=args.matrix,
                               params=args.params, workers=args.workers, target=args.target)
-    sites = choose_for_cluster(store, None if args.matrix else args.name, args.model, args.size,
-                               step_time=args.step_time, matrix_file=args.matrix, params=args.params,
-                               steps=args.steps, target=args.target)
+    sites, no_choice = None, ""
+    try:
+        sites = choose_for_cluster(store, None if args.matrix else args.name, args.model, args.size,
+                                   step_time=args.step_time, matrix_file=args.matrix, params=args.params,
+                                   steps=args.steps, target=args.target)
+    except InvalidInput as exc:
+        if args.matrix:  # the file's own mistake: say it, as for its links
+            raise
+        no_choice = f"datacenters: no choice ({exc.message}; {exc.hint})"  # the preset table still holds
     if args.json:
         dump_json({**result.as_dict(), "datacenters": sites.as_dict() if sites else None})
         return 0
@@ -81,6 +88,8 @@ def cmd_plan(args) -> int:
           + (" — set diloco.overlap: true" if result.overlap else ""))
     if sites:
         _print_sites(sites)
+    elif no_choice:
+        print(no_choice)
     return 0
 
 

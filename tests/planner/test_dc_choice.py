@@ -119,3 +119,15 @@ def test_a_cluster_plans_from_its_nodes_datacenters_and_stored_matrix(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["datacenters"]["chosen"]["datacenters"] == ["ams", "fra"]
     assert choose_for_cluster(store, "local", "gpt-neo", "tiny") is None  # one machine: nothing to choose
+
+
+def test_a_cluster_matrix_missing_a_datacenter_pair_still_plans_presets(capsys):
+    store = Store()
+    seed_three_datacenters(store)
+    with store.write() as conn:
+        conn.execute("DELETE FROM net_matrix WHERE 'lon-a' IN (src, dst) AND 'ams-a' IN (src, dst)")
+    assert main(["clusters", "plan", "eu", "--model", "gpt-neo", "--size", "125m", "--step-time", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: preset" in out
+    assert out.strip().splitlines()[-1].startswith(
+        "datacenters: no choice (no measured link between datacenters ams and lon; re-run the network step")
