@@ -11,6 +11,7 @@ save recipes.schema (the torch-free typed training config both sides share).
     kubernetes/     API client, Volcano manifests, names, admission rules, pod logs
     backends/       where workspaces run: local processes or a Kubernetes cluster
     planner/        the WAN planner: which preset keeps the GPUs busy on a network
+    requirements/   disk, memory, GPU memory, dataset access, W&B key: checked before deploy
     cli/            the headless commands
 
 tests/test_import_contract.py checks who may import whom.

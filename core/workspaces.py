@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import secrets as pysecrets
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -14,7 +15,8 @@ from core.domain import limits
 
 
 from core.domain import recipe_catalog
-from core.backends import backend_for
+from core.backends import backend_for, export, wandb_runs
+from core.backends.export import ExportedRun
 from core.backends.base import Backend, LaunchPlan, WorkspaceState
 from core.state.cluster_records import get_cluster
 from core.errors import FieldError, GeotrainError, InvalidInput, NotFound
@@ -67,6 +69,8 @@ class WorkspaceService:
         config = base.get("config") or recipe_catalog.default_config(fields["model"], fields["size"])
         config.update(model=fields["model"], size=fields["size"],
                       gradient_compression=fields["preset"], steps=fields["steps"])
+        if any(item.partition("=")[0].strip() == "datacenters" for item in req.sets):
+            config.setdefault("datacenters", 1)  # a schema key the shipped configs leave at its default
         for item in req.sets:
             key, sep, value = item.partition("=")
             if not sep or not key:
@@ -109,6 +113,10 @@ class WorkspaceService:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             raise FieldError(first.path, first.expected, first.found,
                              (first.hint or "fix the value") + more)
+        datacenters = spec.config.get("datacenters", 1)
+        if isinstance(datacenters, int) and datacenters > 1 and spec.workers % datacenters:
+            raise InvalidInput(f"{spec.workers} workers do not split evenly into {datacenters} datacenters",
+                               f"use --workers a multiple of {datacenters}, or another --datacenters")
 
     # lifecycle --------------------------------------------------------------
     def backend(self, cluster_name: str) -> Backend:
@@ -119,12 +127,16 @@ class WorkspaceService:
 
     def plan(self, spec: WorkspaceSpec) -> tuple[str, LaunchPlan]:
         workspace_id = self.new_id(spec)
+        wandb_runs.assign_project(spec.config, workspace_id)
         return workspace_id, self.backend(spec.cluster).plan(workspace_id, spec)
 
-    def deploy(self, spec: WorkspaceSpec, tokens: dict[str, str | None]) -> Workspace:
-        """Store tokens (0600), record the workspace, start it. Nothing stays on failure."""
+    def deploy(self, spec: WorkspaceSpec, tokens: dict[str, str | None],
+               resume_from: ExportedRun | None = None) -> Workspace:
+        """Store tokens (0600), record the workspace, start it (from an export's newest
+        checkpoint when `resume_from`). Nothing stays on failure."""
         backend = self.backend(spec.cluster)
         workspace_id = self.new_id(spec)
+        wandb_runs.assign_project(spec.config, workspace_id)
         refs: dict[str, str] = {}
         for name, value in tokens.items():
             if value:
@@ -137,8 +149,12 @@ class WorkspaceService:
                          (workspace_id, spec.cluster, json.dumps(spec.to_dict()),
                           Status.PENDING.value, now, now))
         try:
+            if resume_from is not None:
+                backend.restore(workspace_id, spec, resume_from)
             run_dir = backend.deploy(workspace_id, spec, {TOKEN_ENV[k]: r for k, r in refs.items()})
         except BaseException:
+            if resume_from is not None:
+                backend.delete(workspace_id)
             self._forget(workspace_id)
             raise
         with self.store.write() as conn:
@@ -202,7 +218,7 @@ class WorkspaceService:
         """Ask the backend for the live status and remember it (and the last loss)."""
         backend = self.backend(ws.cluster)
         state = backend.status(ws.id)
-        if state.status in (Status.FAILED.value, Status.RUNNING.value, Status.PENDING.value):
+        if state.status == Status.FAILED.value or not Status(state.status).terminal:
             state = self._maybe_recover(backend, ws, state)
         rows = backend.metrics(ws.id)
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), ws.last_loss)
@@ -240,9 +256,23 @@ class WorkspaceService:
     def what_will_be_lost(self, workspace_id: str) -> str:
         ws = self.get(workspace_id)
         where = f" in {ws.run_dir}" if ws.run_dir else ""
+        try:
+            held = export.inventory(self.backend(ws.cluster), ws).describe()
+        except GeotrainError:
+            held = "its logs, metrics and checkpoints"
         return (f"Deleting {ws.id} stops its {ws.spec.workers} workers on {ws.cluster} and removes"
-                f" its logs, metrics and checkpoints{where}. Workspace storage is ephemeral:"
-                " this cannot be undone.")
+                f" {held}{where}. Workspace storage is ephemeral: this cannot be undone"
+                f" (export it first: `geotrain workspaces export {ws.id} DIR`).")
+
+    def export(self, workspace_id: str, dest: str) -> dict:
+        """Copy checkpoints, metrics, logs and the resolved config into `dest` (new or empty)."""
+        ws = self.get(workspace_id)
+        return export.export_workspace(self.backend(ws.cluster), ws, Path(dest))
+
+    def wandb_run(self, workspace_id: str) -> dict | None:
+        """Where the workspace's W&B run is: URL online, run folder and sync command offline."""
+        ws = self.get(workspace_id)
+        return wandb_runs.describe(self.backend(ws.cluster).result_files(ws.id, ws.spec), ws.spec.config)
 
     def delete(self, workspace_id: str) -> None:
         ws = self.get(workspace_id)

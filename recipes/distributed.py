@@ -8,6 +8,7 @@ With one process nothing crosses a wire and nothing is counted.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ import torch.distributed as dist
 
 from recipes.schema import DistConfig
 from recipes.streams import Streams
+from recipes.telemetry import emit
 
 # Environment torch.distributed reads; set once here before the group exists.
 WAN_ENV = {
@@ -57,8 +59,12 @@ def setup(cfg: DistConfig, device_choice: str = "auto") -> Runtime:
     if distributed and not dist.is_initialized():
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
         timeout = timedelta(seconds=cfg.timeout_s)
+        started = time.monotonic()
+        emit("rendezvous", stage="waiting", rank=rank, world=world_size)
         dist.init_process_group(backend=backend, timeout=timeout, device_id=device if use_cuda else None,
                                 **_store_args(attempt_store(world_size, timeout), rank, world_size))
+        emit("rendezvous", stage="joined", rank=rank, world=world_size,
+             seconds=round(time.monotonic() - started, 3))
     return Runtime(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
                    distributed=distributed)
 

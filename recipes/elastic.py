@@ -20,7 +20,6 @@ GEOTRAIN_ELASTIC_JOIN_TIMEOUT_S, GEOTRAIN_ELASTIC_HEARTBEAT_TIMEOUT_S, GEOTRAIN_
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import threading
 import time
@@ -31,15 +30,11 @@ import torch
 import torch.distributed as dist
 
 from recipes.distributed import Wire
-from recipes.telemetry import say
+from recipes.telemetry import emit, say
 
 STORE_ENV = "GEOTRAIN_ELASTIC_STORE"
 MAX_ATTEMPTS = 5
-
-
-def emit(kind: str, **detail) -> None:
-    """A machine-readable line the local supervisor copies into the workspace history."""
-    print("geotrain-event " + json.dumps({"kind": kind, "at": time.time(), **detail}), flush=True)
+__all__ = ["emit"]  # recipes.train reports through elastic.emit
 
 
 class ElasticError(RuntimeError):
@@ -197,6 +192,7 @@ class Membership:
         self._start_heartbeat()
         start = time.monotonic()
         limit = self.join_timeout + 2 * self.hb_timeout + self.op_timeout.total_seconds()
+        reported: set[int] | None = None  # the missing ranks last reported (first start only)
         while not self.store.check([f"{key}/members"]):
             waited = time.monotonic() - start
             current = self._current() if behind is not None else None
@@ -205,6 +201,11 @@ class Membership:
             if can_close:
                 joined = _parse(self.store.get(f"{key}/joined"))
                 expected = set(range(self.world)) if wait_all else self.liveness.alive()
+                missing = expected - {m.rank for m in joined}
+                if wait_all and missing != reported and (reported is not None or waited > 1.0):
+                    reported = missing
+                    emit("rendezvous", stage="waiting", rank=self.rank, world=self.world,
+                         missing=sorted(missing))
                 if not expected - {m.rank for m in joined} or waited > self.join_timeout:
                     self.store.compare_set(f"{key}/members", "", _encode(joined))
                     continue
@@ -247,7 +248,7 @@ class Membership:
             finally:
                 self.wire.use(None)
             if len(live) < self.world:
-                say(self.rank, f"outer step {s} averaged over {len(live)} of {self.world} workers {live}")
+                emit("outer_step", rank=self.rank, step=s, members=live, world=self.world)
             if len(members) > len(live):
                 self._send_state(f"{key}/all/", members, live[0])
             if self.rank == live[0]:
@@ -262,6 +263,7 @@ class Membership:
         trainer = self.trainer
         started = time.time()
         held = trainer.step if trainer.resumed_from is not None else -1
+        emit("rendezvous", stage="waiting", rank=self.rank, world=self.world, reason=reason)
         deadline = time.monotonic() + 10 * (self.join_timeout + self.hb_timeout) + 60
         attempt = 0
         while time.monotonic() < deadline:

@@ -30,10 +30,39 @@ def say(rank: int, message: str) -> None:
     print(redact(f"[rank {rank}] {message}"), flush=True)
 
 
+def emit(kind: str, **detail) -> None:
+    """A machine-readable `geotrain-event {json}` line: the local supervisor and the Kubernetes
+    backend derive the workspace's state from these, the log view shows them readably
+    (core.domain.run_events)."""
+    print("geotrain-event " + json.dumps({"kind": kind, "at": time.time(), **detail}), flush=True)
+
+
+class ProgressEvents:
+    """`data` progress events for one preparation, at most one every `every_s` seconds."""
+
+    def __init__(self, source: str, unit: str, total: int | None = None, every_s: float = 1.0,
+                 **detail) -> None:
+        self.source, self.unit, self.total, self.every_s, self.detail = source, unit, total, every_s, detail
+        self.started = self.last = time.monotonic()
+        emit("data", stage="start", source=source, unit=unit, total=total, **detail)
+
+    def progress(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            emit("data", stage="progress", source=self.source, unit=self.unit, done=done,
+                 total=self.total, **self.detail)
+
+    def done(self, done: int | None = None, cached: bool = False) -> None:
+        extra = {"done": done} if done is not None else {}
+        emit("data", stage="done", source=self.source, unit=self.unit, cached=cached,
+             seconds=round(time.monotonic() - self.started, 3), **extra, **self.detail)
+
+
 class Telemetry:
     """Rank 0 writes metrics.jsonl and W&B; other ranks only print."""
 
-    def __init__(self, *, rank: int, out_dir: Path, config: dict, wandb_on: bool, project: str,
+    def __init__(self, *, rank: int, out_dir: Path, config: dict, wandb_on: bool, project: str | None,
                  entity: str | None, run_name: str) -> None:
         self.rank = rank
         self.metrics_path = out_dir / "metrics.jsonl"
@@ -59,7 +88,7 @@ class Telemetry:
             self.wandb_run = None
 
 
-def _start_wandb(out_dir: Path, config: dict, project: str, entity: str | None, run_name: str):
+def _start_wandb(out_dir: Path, config: dict, project: str | None, entity: str | None, run_name: str):
     """Online with WANDB_API_KEY, offline otherwise; the run id is kept so a restart continues the run."""
     try:
         import wandb
@@ -68,13 +97,31 @@ def _start_wandb(out_dir: Path, config: dict, project: str, entity: str | None, 
         return None
     if not os.environ.get("WANDB_API_KEY"):
         os.environ.setdefault("WANDB_MODE", "offline")
+    project = project or "geotrain"  # geotrain names one per workspace; by hand, the shared one
     id_file = out_dir / "wandb_run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(8)
     id_file.write_text(run_id)
     try:
-        return wandb.init(project=project, entity=entity, name=run_name, id=run_id, resume="allow",
-                          dir=str(out_dir), config=config, settings=wandb.Settings(console="off",
-                                                                                    silent=True))
+        run = wandb.init(project=project, entity=entity, name=run_name, id=run_id, resume="allow",
+                         dir=str(out_dir), config=config, settings=wandb.Settings(console="off",
+                                                                                   silent=True))
     except Exception as exc:  # a logging outage must not stop training
         say(0, f"wandb init failed ({type(exc).__name__}: {redact(str(exc))}); continuing without it")
         return None
+    _record_run(out_dir, run, project)
+    return run
+
+
+def _record_run(out_dir: Path, run, project: str) -> None:
+    """wandb_run.json: where the run is, for `geotrain workspaces show` and `sync`."""
+    offline = os.environ.get("WANDB_MODE") == "offline"
+    sync_dir = str(Path(run.settings.sync_dir).absolute())
+    info = {"mode": "offline" if offline else "online", "project": project, "id": run.id,
+            "url": None if offline else run.url, "sync_dir": sync_dir}
+    tmp = out_dir / ".wandb_run.json.tmp"
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, out_dir / "wandb_run.json")
+    if offline:
+        say(0, f"W&B offline run in {sync_dir}; upload it later with: wandb sync {sync_dir}")
+    else:
+        say(0, f"W&B run: {run.url}")

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from recipes import checkpoint, elastic
+from recipes import checkpoint, elastic, topology
+from recipes.algorithms import hierarchical
 from recipes.algorithms import build_algorithm
 from recipes.checkpoint_store import CheckpointStore
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
@@ -68,7 +69,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         self.membership = elastic.from_env(rt.rank, rt.world_size, self.comp.algorithm)
         self.wire = self.membership.wire if self.membership else Wire(rt.world_size)
-        self.algo = build_algorithm(self.model, self.comp, cfg, self.wire)
+        self.lan = self._datacenters()  # hierarchical DiLoCo: self.wire then counts the WAN only
+        self.algo = build_algorithm(self.model, self.comp, cfg, self.wire, self.lan)
         self.step = 0
         self.items = 0
         self.finished = False  # the end-of-training sync ran (a restart after the end must not repeat it)
@@ -77,8 +79,28 @@ class Trainer:
         if self.membership:
             self.membership.attach(self)
 
+    def _datacenters(self) -> Wire | None:
+        """The LAN wire when the workers form several datacenters (and the WAN one becomes self.wire)."""
+        place = topology.resolve(self.rt.rank, self.rt.world_size, self.cfg.datacenters)
+        if not place.hierarchical or self.comp.algorithm == "ddp":
+            return None
+        if self.membership is not None or not self.rt.distributed:
+            raise topology.TopologyError("hierarchical DiLoCo needs one torchrun group (not the elastic pool)")
+        say(self.rt.rank, f"hierarchical DiLoCo: {place.describe()}"
+                          + (" (overlap is off: the exchange between datacenters is synchronous)"
+                             if self.cfg.diloco.overlap else ""))
+        lan, self.wire = hierarchical.groups(place)
+        return lan
+
+    def wire_bytes(self) -> dict:
+        """Bytes this rank sent: over the WAN (`bytes_sent`) and, hierarchical, inside its datacenter."""
+        out = {"bytes_sent": self.wire.bytes_sent}
+        if self.lan is not None:
+            out["lan_bytes"] = self.lan.bytes_sent
+        return out
+
     def state(self) -> dict:
-        return {"step": self.step, "items": self.items, "bytes_sent": self.wire.bytes_sent,
+        return {"step": self.step, "items": self.items, **self.wire_bytes(),
                 "finished": self.finished, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "algorithm": self.algo.state_dict(),
                 "data": self.data.state_dict(), "rng": checkpoint.rng_state(), "config": config_to_dict(self.cfg)}
@@ -89,7 +111,10 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.data.load_state_dict(state["data"])
         self.step, self.items, self.wire.bytes_sent = state["step"], state["items"], state["bytes_sent"]
-        self.finished = state.get("finished", False)
+        if self.lan is not None:
+            self.lan.bytes_sent = state.get("lan_bytes", 0)
+        # a run restored with more steps than it had must run its end-of-training sync again
+        self.finished = state.get("finished", False) and state["step"] >= self.cfg.steps
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 
@@ -147,7 +172,12 @@ class Trainer:
 
 def run(cfg: TrainConfig) -> int:
     rt = setup(cfg.dist, cfg.device)
-    trainer = Trainer(cfg, rt)
+    try:
+        trainer = Trainer(cfg, rt)
+    except topology.TopologyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        teardown()
+        return 2
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     name = cfg.logging.run_name or f"{cfg.model}-{cfg.size}-{cfg.gradient_compression}"
     telemetry = Telemetry(rank=rt.rank, out_dir=trainer.out_dir, config=config_to_dict(cfg),
@@ -173,7 +203,7 @@ def run(cfg: TrainConfig) -> int:
         if step % log_every == 0 or step == cfg.steps:
             elapsed = time.perf_counter() - window_start
             record = {"step": step, "loss": sum(losses) / len(losses),
-                      "lr": trainer.scheduler.get_last_lr()[0], "bytes_sent": trainer.wire.bytes_sent,
+                      "lr": trainer.scheduler.get_last_lr()[0], **trainer.wire_bytes(),
                       "outer_step": trainer.algo.outer_step, "items": trainer.items * rt.world_size,
                       "step_time": elapsed / len(losses), "restart": restart}
             say(rt.rank, f"step {step}/{cfg.steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
@@ -188,7 +218,7 @@ def run(cfg: TrainConfig) -> int:
         trainer.finished = True
     if trainer.membership:
         trainer.membership.mark_finished()
-    result = {"step": trainer.step, "bytes_sent": trainer.wire.bytes_sent, "outer_step": trainer.algo.outer_step,
+    result = {"step": trainer.step, **trainer.wire_bytes(), "outer_step": trainer.algo.outer_step,
               **trainer.evaluate()}
     if rt.rank == 0 and "eval_loss" in result:
         telemetry.log({**result, "loss": result["eval_loss"]})

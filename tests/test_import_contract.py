@@ -26,10 +26,13 @@ ALLOWED = {
     "core.planner": {"core.errors", "core.schema", "core.domain", "core.state"},
     "core.bootstrap": {"core.errors", "core.schema", "core.domain", "core.state", "core.nodes"},
     "core.backends": {"core.errors", "core.schema", "core.domain", "core.state", "core.kubernetes"},
+    "core.requirements": {"core.errors", "core.schema", "core.domain", "core.state", "core.nodes",
+                          "core.kubernetes"},
     "core.workspaces": {"core.errors", "core.schema", "core.domain", "core.state", "core.backends",
                         "core.kubernetes", "core.nodes"},
     "core.cli": {"core.errors", "core.schema", "core.domain", "core.state", "core.nodes",
-                 "core.kubernetes", "core.planner", "core.bootstrap", "core.backends", "core.workspaces"},
+                 "core.kubernetes", "core.planner", "core.bootstrap", "core.backends", "core.workspaces",
+                 "core.requirements"},
 }
 
 

@@ -5,25 +5,58 @@ from __future__ import annotations
 from textual import work
 from textual.screen import Screen
 
+from core.errors import GeotrainError
 from tui.messages import WorkspaceDeleted
 from tui.modals.confirm import ConfirmScreen
+from tui.modals.export_dir import ExportDirScreen
 
 
-def ask_delete(screen: Screen, workspace_id: str) -> None:
-    """Say what will be lost, then delete on `y` (in a thread) and tell `screen`."""
+def default_export_dir(workspace_id: str) -> str:
+    """Shown as typed (`~` is expanded when exporting), so it reads the same for everyone."""
+    return f"~/geotrain-exports/{workspace_id}"
+
+
+def ask_delete(screen: Screen, workspace_id: str, note: str = "") -> None:
+    """Say what will be lost, then delete on `y` (in a thread) and tell `screen`; `e` exports
+    first (asks for a directory) and asks again."""
     service = screen.app.service
 
-    def answered(yes: bool | None) -> None:
-        if yes:
+    def answered(answer: bool | str | None) -> None:
+        if answer == "e":
+            screen.app.push_screen(ExportDirScreen(workspace_id, default_export_dir(workspace_id)),
+                                   chosen)
+        elif answer is True:
             _delete(screen, workspace_id)
+
+    def chosen(directory: str | None) -> None:
+        if directory:
+            _export(screen, workspace_id, directory)
+        else:
+            ask_delete(screen, workspace_id)
 
     @work(thread=True, exit_on_error=False, group="delete", name="Preparing delete")
     def _ask(self) -> None:
         text = service.what_will_be_lost(workspace_id)
         self.app.call_from_thread(self.app.push_screen,
-                                  ConfirmScreen(f"Delete {workspace_id}?", text), answered)
+                                  ConfirmScreen(f"Delete {workspace_id}?", note + text,
+                                                other_keys={"e": "export first"}), answered)
 
     _ask(screen)
+
+
+@work(thread=True, exit_on_error=False, group="delete", name="Export")
+def _export(screen: Screen, workspace_id: str, directory: str) -> None:
+    app = screen.app
+    try:
+        manifest = app.service.export(workspace_id, directory)
+    except GeotrainError as exc:
+        app.call_from_thread(app.notify, f"Not exported: {exc}", severity="error", markup=False)
+        app.call_from_thread(ask_delete, screen, workspace_id)
+        return
+    steps = manifest["checkpoint_steps"]
+    note = (f"Exported to {directory} ({len(manifest['files'])} files"
+            + (f", checkpoint at step {steps[-1]}" if steps else ", no checkpoint") + ").\n\n")
+    app.call_from_thread(ask_delete, screen, workspace_id, note)
 
 
 @work(thread=True, exit_on_error=False, group="delete", name="Delete")

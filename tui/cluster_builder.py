@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.state.cluster_records import network_matrix
-from core.bootstrap import STEP_NAMES
+from core.bootstrap import default_steps
 from core.bootstrap.progress import ProgressEvent
 from core.state.store import Store
 
@@ -22,6 +22,8 @@ class WizardRequest:
     nodes: list[str]
     vpn: bool = True
     subnet: str | None = None
+    prepull: bool = False  # the optional `images` step
+    k3s_bundle: str | None = None  # air-gap: a local dir with k3s, its images and containerd
 
 
 @dataclass
@@ -29,24 +31,31 @@ class BuildOutcome:
     ok: bool
     lines: list[str] = field(default_factory=list)
     blocked: bool = False
+    k3s_up: bool = True  # the server's k3s came up: there is a kubeconfig to import
 
 
 class ClusterBuilder:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def steps(self, vpn: bool) -> list[str]:
-        return [s for s in STEP_NAMES if vpn or s != "wireguard"]
+    def steps(self, vpn: bool, prepull: bool = False) -> list[str]:
+        return default_steps(vpn, prepull)
 
     def _run(self, request: WizardRequest, only: list[str] | None,
              on_event: Callable[[ProgressEvent], None] | None, record: bool) -> BuildOutcome:
         from core.bootstrap import deploy  # pulls in SSH: loaded when the wizard first runs
 
+        from core.bootstrap.failures import check_bundle
+
         plan = deploy.build_plan(self.store, request.name, request.nodes, vpn=request.vpn,
                                  subnet=request.subnet or None)
+        plan.prepull = request.prepull
+        if request.k3s_bundle:
+            plan.k3s.bundle = str(check_bundle(request.k3s_bundle, "air-gap bundle"))
         result = deploy.deploy(plan, only=only, store=self.store, on_event=on_event, record=record)
         summary = result.summary
-        return BuildOutcome(summary.ok, summary.lines(), summary.blocked)
+        k3s_up = "k3s" in summary.done.get(plan.server.name, [])
+        return BuildOutcome(summary.ok, summary.lines(), summary.blocked, k3s_up)
 
     def preflight(self, request: WizardRequest,
                   on_event: Callable[[ProgressEvent], None]) -> BuildOutcome:

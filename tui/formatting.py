@@ -6,7 +6,8 @@ from rich.text import Text
 
 from core.domain import describe
 
-STATUS_STYLE = {"PENDING": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
+STATUS_STYLE = {"PENDING": "yellow", "PULLING": "yellow", "PREPARING_DATA": "yellow",
+                "RENDEZVOUS": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
                 "FAILED": "bold red", "DELETED": "dim", "READY": "green", "AVAILABLE": "green",
                 "UNREACHABLE": "bold red", "BLOCKED": "yellow", "IN_CLUSTER": "cyan"}
 

@@ -14,6 +14,8 @@ from core.backends.base import WorkspaceState
 from core.schema.training_config import ConfigProblem
 from core.domain.records import Node, Workspace
 from core.bootstrap.progress import ProgressEvent
+from core.requirements.report import Report
+from core.workspaces import DeployRequest
 from tui.cluster_builder import BuildOutcome
 
 
@@ -79,6 +81,16 @@ class DeployChoices(Message):
     clusters: list[str]
     models: dict[str, list[str]]
     presets: list[str]
+
+
+@dataclass
+class RequirementsUnmet(Message):
+    """Requirements the deploy form's choices do not meet: shown, nothing submitted.
+    `request` and `tokens` are what was checked, so a second deploy of the same goes on."""
+
+    report: Report
+    request: DeployRequest
+    tokens: dict = field(repr=False)
 
 
 @dataclass

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Iterator
+from pathlib import Path
+from typing import Any, Iterator
 
 from core.domain.records import WorkspaceSpec
+from core.errors import InvalidInput
 
 
 @dataclass
@@ -76,3 +78,19 @@ class Backend(abc.ABC):
     def metrics(self, workspace_id: str) -> list[dict]:
         """Metrics rows (step, loss, bytes_sent …) the recipe has written so far."""
         return []
+
+    def result_files(self, workspace_id: str, spec: WorkspaceSpec) -> dict[str, Path]:
+        """Name in an export -> file or folder on this machine (config.yaml, logs, checkpoints …);
+        empty where results live elsewhere (pods: logs and metrics come through the API)."""
+        return {}
+
+    def copy_checkpoints(self, workspace_id: str, dest: Path) -> list[str] | None:
+        """Copy checkpoints kept elsewhere (pods) under `dest`: the names skipped, or None
+        when they cannot be reached now."""
+        return None
+
+    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: Any) -> None:
+        """Seed a workspace about to be deployed with an export's newest checkpoint
+        (`export`: a core.backends.export.ExportedRun; not imported here, export imports us)."""
+        raise InvalidInput("--resume-from works on the local cluster only",
+                           "on Kubernetes, upload the checkpoint to an HF repo and set recovery.hf_repo")

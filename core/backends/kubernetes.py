@@ -7,6 +7,8 @@ submits nothing; a failure half-way through deploy removes what it had created.
 from __future__ import annotations
 
 import contextlib
+import time
+from pathlib import Path
 from typing import Any, Iterator
 
 from kubernetes import client
@@ -14,7 +16,8 @@ from kubernetes.client.exceptions import ApiException
 
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.errors import BackendError, InvalidInput
-from core.kubernetes.names import job_name
+from core.kubernetes.names import job_name, label_value
+from core.kubernetes.recipes_delivery import source_selector
 from core.kubernetes.client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
                               SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
@@ -27,6 +30,8 @@ from core.state.secret_store import SecretStore
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
+from core.kubernetes.pod_phases import POD_PHASES, events_by_pod, pod_phase
+from core.domain.run_events import combine
 
 METRICS_TAIL_LINES = 2000
 JOB_PHASES = {
@@ -36,8 +41,7 @@ JOB_PHASES = {
     "Completed": Status.COMPLETED,
     "Aborted": Status.FAILED, "Terminated": Status.FAILED, "Failed": Status.FAILED,
 }
-POD_PHASES = {"Pending": Status.PENDING, "Running": Status.RUNNING,
-              "Succeeded": Status.COMPLETED, "Failed": Status.FAILED}
+PHASE_TAIL_LINES = 200  # enough of a starting pod's log to find its last data/rendezvous event
 
 
 class KubernetesBackend(Backend):
@@ -50,6 +54,7 @@ class KubernetesBackend(Backend):
         self.log_poll_s, self.log_read_timeout_s = log_poll_s, log_read_timeout_s
         self._api: client.ApiClient | None = None
         self._rank0_pod: dict[str, str] = {}  # workspace id -> the pod whose log showed rank 0
+        self._training: set[tuple[str, int]] = set()  # (pod uid, restarts) seen training: no more log reads
 
     # helpers -------------------------------------------------------------------
     @property
@@ -194,9 +199,20 @@ class KubernetesBackend(Backend):
         self._delete_object("Job", job_name(workspace_id))
         self._delete_object("Secret", secret_name(workspace_id))
         self._delete_object("ConfigMap", config_map_name(workspace_id))
+        self._delete_source_maps(workspace_id)
         # The workspace's own checkpoint claim (none when it used recovery.pvc or a node
         # directory: then this is a 404, which is fine). Kubernetes keeps it until the pods are gone.
         self._delete_object("PersistentVolumeClaim", claim_name(job_name(workspace_id)))
+
+    def _delete_source_maps(self, workspace_id: str) -> None:
+        """The recipes ConfigMaps (core.kubernetes.recipes_delivery), found by label: their
+        number depends on the recipes of the geotrain that deployed the workspace."""
+        with self._errors("listing the recipes ConfigMaps"):
+            found = client.CoreV1Api(self.api).list_namespaced_config_map(
+                self.namespace, label_selector=source_selector(label_value(workspace_id)),
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        for item in read_json(found).get("items", []):
+            self._delete_object("ConfigMap", item["metadata"]["name"])
 
     def list(self) -> list[str]:
         with self._errors("listing Volcano jobs", volcano=True):
@@ -253,12 +269,58 @@ class KubernetesBackend(Backend):
         pods = self._pods(workspace_id)
         workers = [self._worker(workspace_id, pod) for pod in pods]
         reason = state.get("message") or state.get("reason") or ""
+        if status in (Status.PENDING, Status.RUNNING) and pods:
+            derived, workers = self._phases(workspace_id, pods, workers)
+            if derived[0] != Status.PENDING.value:
+                return WorkspaceState(derived[0], reason=derived[1], workers=workers,
+                                      exit_code=self._master_exit_code(workspace_id, pods))
         if status is Status.PENDING:
             unschedulable = next((w.detail for w in workers if "unschedulable" in w.detail.lower()), "")
             reason = self._gang_reason(job) or unschedulable or reason or \
                 "waiting for the Volcano scheduler"
         return WorkspaceState(status.value, reason=reason, workers=workers,
                               exit_code=self._master_exit_code(workspace_id, pods))
+
+    def _phases(self, workspace_id: str, pods: list[dict[str, Any]],
+                workers: list[WorkerState]) -> tuple[tuple[str, str], list[WorkerState]]:
+        """The workspace's state from its pods' image pulls, events and log lines."""
+        events = events_by_pod(self._events())
+        phases: dict[str, tuple[str, str]] = {}
+        now = time.time()
+        for pod, worker in zip(pods, workers):
+            name = pod["metadata"]["name"]
+            seen = (pod["metadata"].get("uid", ""), int(container_status(pod).get("restartCount") or 0))
+            running = (pod.get("status") or {}).get("phase") == "Running"
+            lines = None
+            if running and seen not in self._training:
+                lines = self._log_tail(name)
+            status, detail = pod_phase(pod, events.get(name, []), lines, now)
+            if running and seen in self._training:
+                status = Status.RUNNING.value
+            if status == Status.RUNNING.value:
+                self._training.add(seen)
+            phases[worker.name] = (status, detail)
+            worker.status, worker.detail = status, detail or worker.detail
+        return combine(phases, [w.name for w in workers]), workers
+
+    def _events(self) -> list[dict[str, Any]]:
+        """The namespace's pod events (best effort: without them pulls show as PENDING)."""
+        try:
+            response = client.CoreV1Api(self.api).list_namespaced_event(
+                self.namespace, field_selector="involvedObject.kind=Pod", _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT)
+        except (ApiException, *NETWORK_ERRORS):
+            return []
+        return read_json(response).get("items", [])
+
+    def _log_tail(self, pod_name: str) -> list[str] | None:
+        try:
+            response = client.CoreV1Api(self.api).read_namespaced_pod_log(
+                pod_name, self.namespace, container=CONTAINER, tail_lines=PHASE_TAIL_LINES,
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        except (ApiException, *NETWORK_ERRORS):
+            return None
+        return response.data.decode("utf-8", "replace").splitlines()
 
     def _worker(self, workspace_id: str, pod: dict[str, Any]) -> WorkerState:
         phase = (pod.get("status") or {}).get("phase", "Pending")
@@ -325,3 +387,26 @@ class KubernetesBackend(Backend):
                          read_timeout_s=self.log_read_timeout_s, request_timeout=REQUEST_TIMEOUT)
         with self._errors("reading pod logs"):
             yield from (reader.follow() if follow else reader.snapshot())
+
+    # results kept --------------------------------------------------------------
+    def copy_checkpoints(self, workspace_id: str, dest: Path) -> list[str] | None:
+        """Checkpoints out of every running pod of the workspace (each node may hold only its
+        ranks' files), merged under `dest`; None when no pod runs (exec needs a live container)."""
+        from core.kubernetes.pod_files import read_checkpoint_archive, unpack_checkpoints
+
+        pods = [p["metadata"]["name"] for p in self._pods(workspace_id)
+                if (p.get("status") or {}).get("phase") == "Running"]
+        if not pods:
+            return None
+        skipped: list[str] = []
+        for pod in pods:
+            try:
+                with self._errors(f"copying checkpoints out of pod {pod}"):
+                    archive = read_checkpoint_archive(client.CoreV1Api(self.api), pod, self.namespace, CONTAINER)
+            except BackendError:
+                raise
+            except Exception as exc:  # the websocket library's own errors
+                raise BackendError(f"copying checkpoints out of pod {pod} failed: {type(exc).__name__}: "
+                                   f"{str(exc)[:200]}", "export again, or set recovery.hf_repo") from None
+            skipped += unpack_checkpoints(archive, dest)[1]
+        return skipped

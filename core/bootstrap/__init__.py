@@ -11,21 +11,29 @@ from __future__ import annotations
 from core.errors import InvalidInput
 
 STEP_NAMES = ("preflight", "containerd", "wireguard", "netmatrix", "k3s", "volcano",
-              "kubeconfig")
+              "images", "kubeconfig")
+OPTIONAL_STEPS = ("images",)  # run when asked (--pull-images, the wizard's checkbox, --only)
 
 
-def load_steps(only: list[str] | None = None, vpn: bool = True) -> list:
+def default_steps(vpn: bool = True, prepull: bool = False) -> list[str]:
+    """The names a full deploy runs, in order."""
+    return [s for s in STEP_NAMES if (vpn or s != "wireguard") and (prepull or s not in OPTIONAL_STEPS)]
+
+
+def load_steps(only: list[str] | None = None, vpn: bool = True, prepull: bool = False) -> list:
     """The steps to run, in order; `only` picks a subset (names as in STEP_NAMES)."""
-    from core.bootstrap import (containerd, k3s, kubeconfig, netmatrix, preflight, volcano,
-                                wireguard_mesh)
+    from core.bootstrap import (containerd, image_pull, k3s, kubeconfig, netmatrix, preflight,
+                                volcano, wireguard_mesh)
 
     modules = {"preflight": preflight, "containerd": containerd, "wireguard": wireguard_mesh,
-               "netmatrix": netmatrix, "k3s": k3s, "volcano": volcano, "kubeconfig": kubeconfig}
+               "netmatrix": netmatrix, "k3s": k3s, "volcano": volcano, "images": image_pull,
+               "kubeconfig": kubeconfig}
     unknown = [s for s in only or () if s not in STEP_NAMES]
     if unknown:
         raise InvalidInput(f"unknown step {unknown[0]!r} in --only",
                            f"choose from {','.join(STEP_NAMES)}")
     if only and "wireguard" in only and not vpn:
         raise InvalidInput("--only wireguard contradicts --no-vpn", "drop one of them")
-    names = [s for s in STEP_NAMES if (not only or s in only) and (vpn or s != "wireguard")]
+    names = [s for s in STEP_NAMES if (s in only) and (vpn or s != "wireguard")] if only \
+        else default_steps(vpn, prepull)
     return [modules[name].STEP for name in names]

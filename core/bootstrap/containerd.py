@@ -16,7 +16,7 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from core.bootstrap import packages, services, versions
+from core.bootstrap import failures, packages, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
@@ -141,8 +141,11 @@ def _install_release(ctx: DeployContext, target: NodeTarget, arch: str) -> str:
     if local:
         target.session.change(f"mkdir -p -m 700 {DOWNLOADS}", what="creating the download dir")
         target.session.put(download_path(arch), local.read_bytes(), mode=0o600)
-    target.session.change(release_command(arch, str(local) if local else None), timeout=900,
-                          what=f"installing containerd {versions.CONTAINERD_VERSION} ({arch})")
+    what = f"installing containerd {versions.CONTAINERD_VERSION} ({arch})"
+    if local:
+        target.session.change(release_command(arch, str(local)), timeout=900, what=what)
+    else:  # a failed download names what its exit code means and offers the bundle
+        failures.download(target.session, release_command(arch, None), what, arch)
     if target.facts.get("init", {}).get("systemd") and target.session.ensure_file(UNIT_PATH, UNIT, mode=0o644):
         target.session.change("systemctl daemon-reload", what="reloading systemd")
     target.state["containerd_release"] = versions.CONTAINERD_VERSION

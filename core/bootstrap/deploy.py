@@ -77,7 +77,7 @@ def _members(store: Store, cluster: str) -> dict[str, dict]:
 
 def _config_to_plan(name: str, config: dict, specs: list[NodeSpec]) -> ClusterPlan:
     plan = ClusterPlan(name=name, nodes=specs)
-    for key in ("vpn", "subnet", "interface", "listen_port", "mtu"):
+    for key in ("vpn", "subnet", "interface", "listen_port", "mtu", "prepull", "image"):
         if key in config:
             setattr(plan, key, config[key])
     check_interface(plan.interface)
@@ -102,7 +102,8 @@ def plan_config(plan: ClusterPlan) -> dict:
     return {"vpn": plan.vpn, "subnet": plan.subnet, "interface": plan.interface,
             "listen_port": plan.listen_port, "mtu": plan.mtu,
             "endpoints": {n.name: n.endpoint for n in plan.nodes if n.endpoint},
-            "k3s": asdict(plan.k3s), "volcano": asdict(plan.volcano)}
+            "k3s": asdict(plan.k3s), "volcano": asdict(plan.volcano),
+            **({"prepull": True} if plan.prepull else {}), **({"image": plan.image} if plan.image else {})}
 
 
 def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None = None,
@@ -259,7 +260,7 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
     With `record`, the outcome goes to the state store (teardown records its own).
     """
     store = store or Store()
-    steps = steps if steps is not None else load_steps(only, plan.vpn)
+    steps = steps if steps is not None else load_steps(only, plan.vpn, plan.prepull)
     record = record and not dry_run
     vault = SecretStore()
     token = vault.get(token_ref(plan.name))

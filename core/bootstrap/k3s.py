@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from core.bootstrap import services, versions
+from core.bootstrap import failures, services, versions
 from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.runner import Phase, Step
@@ -241,8 +241,8 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
         session.change(f"ctr --address {SOCKET} -n k8s.io images import {shlex.quote(remote)}",
                        timeout=900, what=f"importing {images.name}")
         return f"k3s installed from bundle {plan.k3s.bundle} ({arch})"
-    session.change(download_command(plan.k3s.version, arch, binary), timeout=900,
-                   what=f"downloading k3s ({arch})")
+    failures.download(session, download_command(plan.k3s.version, arch, binary),
+                      f"downloading k3s ({arch})", arch)
     return f"k3s {plan.k3s.version} downloaded ({arch})"
 
 

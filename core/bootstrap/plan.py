@@ -71,6 +71,8 @@ class ClusterPlan:
     volcano: VolcanoOptions = field(default_factory=VolcanoOptions)
     mesh_timeout: float = 30.0
     netmatrix_bytes: int = 4 << 20
+    prepull: bool = False  # the optional `images` step: pull the workspace image on every node
+    image: str | None = None  # the cluster's own workspace image (None: upstream, core.domain.images)
 
     @property
     def server(self) -> NodeSpec:

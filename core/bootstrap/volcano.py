@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from core.bootstrap import k3s, services, versions
+from core.bootstrap import failures, k3s, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
@@ -49,9 +49,11 @@ def _scheduler(ctx: DeployContext, target: NodeTarget) -> str:
         session.put(source, local.read_text(), mode=0o644)
     else:
         source = MANIFEST_URL.format(version=plan.volcano.version)
-    session.change(f"{kubectl} apply --server-side --force-conflicts -f {shlex.quote(source)}",
-                   timeout=300,
-                   what="applying the Volcano manifest")
+    applied = session.change(f"{kubectl} apply --server-side --force-conflicts -f {shlex.quote(source)}",
+                             timeout=300, check=False, what="applying the Volcano manifest")
+    if not applied.ok:
+        raise StepFailed(failures.apply_failure("applying the Volcano manifest", applied, session,
+                                                downloaded=not plan.volcano.manifest))
     for name in DEPLOYMENTS:
         services.wait_until(target, f"{kubectl} -n volcano-system rollout status deployment/{name}"
                             " --timeout=10s >/dev/null 2>&1", f"Volcano's {name} to be available",

@@ -30,6 +30,7 @@ GROUPS = {
 }
 COMMAND_MODULES = [
     "core.cli.workspaces",
+    "core.cli.workspace_results",
     "core.cli.clusters",
     "core.cli.nodes",
     "core.cli.cluster_kubernetes",

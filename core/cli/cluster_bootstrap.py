@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from core.bootstrap import STEP_NAMES, versions
+from core.bootstrap import STEP_NAMES
 from core.bootstrap.deploy import DeployResult, build_plan, deploy
+from core.bootstrap.failures import check_bundle
 from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
 from core.bootstrap.teardown import delete_cluster, remove_node
@@ -15,6 +16,7 @@ from core.cli.output import table
 from core.state.cluster_records import get_cluster
 from core.schema.endpoints import parse_host_port
 from core.errors import InvalidInput
+from core.kubernetes.names import validate_image
 from core.state.store import Store
 
 
@@ -33,6 +35,10 @@ def register(groups) -> None:
                    "(k3s-arm64 for arm64), k3s-airgap-images-<arch>.tar (plain .tar, not .zst) and "
                    "containerd-<version>-linux-<arch>.tar.gz")
     p.add_argument("--volcano-manifest", metavar="FILE", help="a local volcano-development.yaml")
+    p.add_argument("--pull-images", action="store_true",
+                   help="pull the workspace image into every node's containerd (the `images` step)")
+    p.add_argument("--image", metavar="REF", help="the cluster's own workspace image (default: the "
+                   "upstream PyTorch image per GPU vendor, with the recipes delivered by geotrain)")
     p.add_argument("--dry-run", action="store_true", help="print every command per node; run none")
     p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
                    help="re-pin a reinstalled server whose new key has this fingerprint")
@@ -76,19 +82,7 @@ def _endpoints(values: list[str]) -> dict[str, str]:
 
 
 def _bundle(text: str) -> Path:
-    """The air-gap dir: a k3s binary for some architecture, and no zstd-only image bundle."""
-    bundle = Path(text)
-    if not any((bundle / name).is_file() for name in ("k3s", "k3s-arm64")):
-        raise InvalidInput(f"--k3s-bundle {text} has no k3s binary (k3s or k3s-arm64)",
-                           f"put the release's k3s, k3s-airgap-images-<arch>.tar and "
-                           f"{versions.containerd_tarball('<arch>')} there")
-    for zst in sorted(bundle.glob("k3s-airgap-images-*.tar.*")):
-        plain = zst.with_name(zst.name.split(".tar")[0] + ".tar")
-        if not plain.is_file():
-            raise InvalidInput(f"--k3s-bundle {text} has {zst.name} but not {plain.name}",
-                               f"`ctr images import` does not decompress; add the release's "
-                               f"plain {plain.name}")
-    return bundle.resolve()
+    return check_bundle(text)
 
 
 def _print_event(event: ProgressEvent) -> None:
@@ -134,6 +128,10 @@ def cmd_deploy(args) -> int:
             raise InvalidInput(f"--volcano-manifest {args.volcano_manifest} is not a file",
                                "give the path of a copy of volcano-development.yaml")
         plan.volcano.manifest = str(Path(args.volcano_manifest).resolve())
+    if args.pull_images:
+        plan.prepull = True
+    if args.image:
+        plan.image = validate_image(args.image)
     only = _split(args.only) or None
     result = deploy(plan, only=only, dry_run=args.dry_run, store=store,
                     on_event=None if args.dry_run else _print_event,

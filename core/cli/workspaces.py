@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import shlex
@@ -13,9 +12,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.backends import wandb_runs
+from core.backends.export import read_export
+from core.cli import deploy_prompts
 from core.cli.output import dump_json, table
+from core.cli.requirements_table import requirements_met
 from core.errors import InvalidInput
-from core.domain import describe, recipe_catalog
+from core.domain import describe, recipe_catalog, run_events
 from core.domain.records import TEMPLATES, WorkspaceSpec
 from core.schema.training_config import config_json_schema
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
@@ -33,6 +36,8 @@ def register(groups) -> None:
                    help=f"one of: {', '.join(recipe_catalog.presets())}")
     p.add_argument("--workers", type=int)
     p.add_argument("--steps", type=int)
+    p.add_argument("--datacenters", type=int, metavar="K",
+                   help="split the workers evenly into K datacenters: hierarchical DiLoCo (same as --set datacenters=K)")
     p.add_argument("--image", help="container image (Kubernetes clusters)")
     p.add_argument("--wandb-token", help="W&B API key (or WANDB_API_KEY; offline without)")
     p.add_argument("--hf-token", help="Hugging Face token (or HF_TOKEN)")
@@ -42,7 +47,12 @@ def register(groups) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a detailed-config key, e.g. optim.lr=3e-4 (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print what would run; change nothing")
+    p.add_argument("--force", action="store_true",
+                   help="deploy even when requirements (disk, memory, dataset access, W&B key) are not met")
     p.add_argument("--json", action="store_true", help="print the new workspace as JSON")
+    p.add_argument("--resume-from", metavar="DIR", help="start from the newest checkpoint of an export")
+    p.add_argument("--yes", "-y", action="store_true",
+                   help="ask nothing on a terminal (no editor question, no token prompts)")
     p.set_defaults(handler=cmd_deploy)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a detailed config (for editors)")
@@ -60,6 +70,9 @@ def register(groups) -> None:
     p = sub.add_parser("logs", help="print a workspace's logs, labelled by worker")
     p.add_argument("id", complete="workspace")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
+    p.add_argument("--raw", action="store_true",
+                   help="print geotrain's event lines as the workers wrote them (JSON)")
+    p.add_argument("--no-events", action="store_true", help="leave geotrain's event lines out")
     p.set_defaults(handler=cmd_logs)
     p = sub.add_parser("delete", help="stop a workspace and remove its files")
     p.add_argument("id", complete="workspace")
@@ -70,10 +83,7 @@ def register(groups) -> None:
 def _tokens(args) -> dict[str, str | None]:
     tokens = {"wandb": args.wandb_token or os.environ.get("WANDB_API_KEY"),
               "hf": args.hf_token or os.environ.get("HF_TOKEN")}
-    if args.ask_tokens:
-        for name, label in (("wandb", "W&B API key"), ("hf", "Hugging Face token")):
-            if not tokens[name]:
-                tokens[name] = getpass.getpass(f"{label} (empty to skip): ").strip() or None
+    tokens = deploy_prompts.ask_missing_tokens(args, tokens)
     for name, value in tokens.items():
         if value is not None:
             check_token(name, value)
@@ -118,12 +128,15 @@ def cmd_deploy(args) -> int:
     service = WorkspaceService()
     req = DeployRequest(cluster=args.cluster, model=args.model, size=args.size, preset=args.preset,
                         workers=args.workers, steps=args.steps, image=args.image,
-                        sets=tuple(args.sets))
+                        sets=tuple(args.sets) + ((f"datacenters={args.datacenters}",) if args.datacenters is not None else ()))
     if args.config:
         req.config_text = read_config_file(args.config)
         req.config_source = args.config
+    resume = read_export(args.resume_from) if args.resume_from else None
+    if resume is not None and not args.config:  # the exported spec, unless another is given
+        req.config_text, req.config_source = resume.spec_text, f"{args.resume_from}/spec.yaml"
     spec = service.build_spec(req)
-    if args.edit:
+    if deploy_prompts.wants_editor(args):
         edited = _edit(spec.to_yaml())
         spec = service.build_spec(DeployRequest(cluster=args.cluster, config_text=edited,
                                                 config_source="the edited spec"))
@@ -137,12 +150,16 @@ def cmd_deploy(args) -> int:
         print("# resolved config:")
         print(plan.config_yaml.rstrip())
         return 0
-    ws = service.deploy(spec, tokens)
+    if not requirements_met(service.store, spec, tokens, args.force):
+        return 1
+    ws = service.deploy(spec, tokens, resume_from=resume)
     if args.json:
         dump_json({"id": ws.id, "cluster": ws.cluster, "status": ws.status, "run_dir": ws.run_dir})
     else:
         print(f"Deployed {ws.id} on {ws.cluster}: {spec.workers}× {spec.model}/{spec.size}, "
               f"preset {spec.preset}, {spec.steps} steps.")
+        if resume is not None:
+            print(f"It continues from the exported checkpoint at step {resume.step}.")
         print(f"Follow it with `geotrain workspaces logs {ws.id} --follow`.")
     return 0
 
@@ -171,11 +188,13 @@ def cmd_show(args) -> int:
     state = service.status(args.id)
     data = {"id": ws.id, "cluster": ws.cluster, "status": state.status, "reason": state.reason,
             "workers": [w.__dict__ for w in state.workers], "last_loss": ws.last_loss,
-            "run_dir": ws.run_dir, "history": service.events(ws.id), "spec": ws.spec.to_dict()}
+            "run_dir": ws.run_dir, "history": service.events(ws.id), "spec": ws.spec.to_dict(),
+            "wandb": service.wandb_run(ws.id)}
     if args.json:
         dump_json(data)
         return 0
     print(f"{ws.id}  {state.status}{'  (' + state.reason + ')' if state.reason else ''}")
+    print(f"  {wandb_runs.summary(data['wandb'], ws.id)}")
     for worker in state.workers:
         print(f"  {worker.name}: {worker.status} {worker.detail}".rstrip())
     for event in data["history"]:
@@ -196,12 +215,18 @@ def describe_event(event: dict) -> str:
                 f" {event['downtime_s']:.1f}s, {event['steps_lost']} steps lost")
     if event["kind"] == "gave_up":
         return f": {event['cause']} — retry budget of {event['budget']} spent"
+    if event["kind"] == "state":
+        return f": {event.get('status')}" + (f" ({event['reason']})" if event.get("reason") else "")
     return ""
 
 
 def cmd_logs(args) -> int:
     for worker, line in WorkspaceService().logs(args.id, follow=args.follow):
-        print(f"[{worker}] {line}", flush=True)
+        readable = run_events.readable(line)
+        if readable is not None and args.no_events:
+            continue
+        shown = line if args.raw or readable is None else run_events.MARK + readable
+        print(f"[{worker}] {shown}", flush=True)
     return 0
 
 

@@ -18,8 +18,14 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 
 
 class Status(str, enum.Enum):
+    """A workspace's state; the ones between PENDING and RUNNING say why it is not training yet
+    (core.domain.run_events derives them from pods and the recipes' event lines)."""
+
     PENDING = "PENDING"
-    RUNNING = "RUNNING"
+    PULLING = "PULLING"  # a node is pulling the container image
+    PREPARING_DATA = "PREPARING_DATA"  # downloading or tokenising the dataset
+    RENDEZVOUS = "RENDEZVOUS"  # started, waiting for the other workers
+    RUNNING = "RUNNING"  # training steps flowing
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     DELETED = "DELETED"

@@ -12,16 +12,19 @@ from typing import Any, Iterable
 
 import yaml
 
-from core.kubernetes.names import job_name, label_value, rocm_variant, validate_image
+from core.kubernetes.names import job_name, label_value, validate_image
 from core.domain.records import Cluster, WorkspaceSpec
 from core.state.secret_store import TOKEN_ENV
 from core.kubernetes.datacenter_tasks import datacenter_tasks, uses_datacenters
 from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, allocate, dist_backend
 from core.kubernetes.pod_resources import memory_resources, shm_volume
 from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_claim
+from core.kubernetes import recipes_delivery as delivery
+from core.domain.images import ImageChoice, custom_image, image_for
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
-DEFAULT_IMAGE = "ghcr.io/geotrain/recipes:0.1.0"
+# The image per node: core.domain.images (upstream PyTorch + recipes delivered by geotrain,
+# core.kubernetes.recipes_delivery), or the team's own (`--image`, the cluster's `image`).
 DEFAULT_QUEUE = "geotrain"
 MAX_RETRY = 3  # whole-job restarts by Volcano (PodFailed / PodEvicted)
 MAX_RESTARTS = 3  # worker-group restarts by torchrun inside a pod
@@ -35,7 +38,7 @@ RDZV_CONF = (f"join_timeout={RDZV_JOIN_TIMEOUT_S},read_timeout=120,last_call_tim
 CONFIG_DIR = "/etc/geotrain"
 WORK_DIR = "/workspace"  # an emptyDir: checkpoints outlive a container restart, so torchrun resumes
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
-POD_UID = 1000  # the image's `trainer` user (recipes/Dockerfile)
+POD_UID = 1000  # recipes/Dockerfile's `trainer`; on the upstream images a uid of its own (recipes_delivery)
 # Host groups owning /dev/kfd and /dev/dri on Ubuntu/Debian (video 44, render 109 on 22.04+);
 # a cluster whose nodes differ sets `amd_device_gids` in its config.
 AMD_DEVICE_GIDS = (44, 109)
@@ -54,7 +57,7 @@ WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
 WAIT_FOR_RDZV = """\
 py=$(command -v python3 || command -v python) || { echo "geotrain: the image has no python" >&2; exit 1; }
 "$py" - <<'GEOTRAIN_WAIT' || exit 1
-import os, socket, sys, time
+import json, os, socket, sys, time
 host, port = os.environ["GEOTRAIN_RDZV_HOST"], int(os.environ["GEOTRAIN_RDZV_PORT"])
 wait_s, connect = float(os.environ["GEOTRAIN_RDZV_WAIT_S"]), os.environ["GEOTRAIN_RDZV_IS_HOST"] != "1"
 deadline, resolved, said = time.monotonic() + wait_s, False, False
@@ -75,6 +78,8 @@ while True:
         sys.exit(1)
     if connect and resolved and not said:
         print(f"geotrain: waiting for the rendezvous at {host}:{port} (the master is not up yet)", flush=True)
+        print("geotrain-event " + json.dumps({"kind": "rendezvous", "stage": "waiting", "at": time.time(),
+              "missing": ["master"], "endpoint": f"{host}:{port}"}), flush=True)
         said = True
     time.sleep(2)
 GEOTRAIN_WAIT
@@ -100,7 +105,8 @@ def _metadata(workspace_id: str, name: str, namespace: str) -> dict[str, Any]:
             "annotations": {WORKSPACE_ANNOTATION: workspace_id}}
 
 
-def recipe_config(spec: WorkspaceSpec, backend: str | None = None) -> dict[str, Any]:
+def recipe_config(spec: WorkspaceSpec, backend: str | None = None,
+                  cluster: Cluster | None = None) -> dict[str, Any]:
     """The recipe's YAML: the config core.workspaces resolved, with pod paths and backend.
 
     The collective backend is pinned when the job mixes vendors or CPUs (gloo): left on
@@ -112,12 +118,14 @@ def recipe_config(spec: WorkspaceSpec, backend: str | None = None) -> dict[str, 
     config["out_dir"] = f"{WORK_DIR}/out"
     if backend:
         config["dist"] = {**(config.get("dist") or {}), "backend": backend}
+    if cluster is not None:
+        config = delivery.dataset_config(config, cluster.config, cluster.kind)
     return config
 
 
 def render_config_map(workspace_id: str, spec: WorkspaceSpec, namespace: str,
-                      backend: str | None = None) -> dict[str, Any]:
-    config = recipe_config(spec, backend)
+                      backend: str | None = None, cluster: Cluster | None = None) -> dict[str, Any]:
+    config = recipe_config(spec, backend, cluster)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _metadata(workspace_id, config_map_name(workspace_id), namespace),
             "data": {"config.yaml": yaml.safe_dump(config, sort_keys=False)}}
@@ -205,14 +213,21 @@ def _affinity(workspace_id: str, group: NodeGroup) -> dict[str, Any]:
     return affinity
 
 
-def _pod_template(workspace_id: str, job: str, image: str, cluster: Cluster, group: NodeGroup,
+def pod_script(before_wait: str, job: str, nnodes: int, slots: int, is_host: bool) -> str:
+    """The pod's shell: find python, run `before_wait` (the dependency install), wait for the
+    rendezvous, exec torchrun."""
+    find_python, wait = WAIT_FOR_RDZV.split("\n", 1)
+    return f"{find_python}\n{before_wait}{wait}{_torchrun(job, nnodes, slots, is_host)}"
+
+
+def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Cluster, group: NodeGroup,
                   nnodes: int, backend: str, is_host: bool, secret_keys: Iterable[str],
-                  ws_spec: WorkspaceSpec) -> dict:
+                  ws_spec: WorkspaceSpec, source: dict[str, Any] | None) -> dict:
+    image = choice.image
     container = {
         "name": "trainer",
-        "image": rocm_variant(image) if group.vendor == "amd" else image,
+        "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", WAIT_FOR_RDZV + _torchrun(job, nnodes, group.slots, is_host)],
         "env": _env(workspace_id, job, backend, group, secret_keys) + _rdzv_env(is_host),
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
         "resources": _resources(ws_spec, group),
@@ -230,6 +245,9 @@ def _pod_template(workspace_id: str, job: str, image: str, cluster: Cluster, gro
                     {"name": "work", "emptyDir": {}},
                     shm_volume(group.slots)],
     }
+    before = delivery.add_delivery(spec, container, image, choice.delivered, cluster.config,
+                                   cluster.kind, source)
+    container["command"] = ["/bin/sh", "-c", pod_script(before, job, nnodes, group.slots, is_host)]
     _harden_pod(spec, cluster, group)
     runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
     if runtime_class is None and group.vendor == "nvidia" and cluster.kind == "geotrain":
@@ -264,15 +282,34 @@ def _node_tasks(placed: list[tuple[NodeGroup, int]], template) -> list[dict[str,
     return tasks
 
 
+def group_image(spec: WorkspaceSpec, cluster: Cluster, vendor: str) -> ImageChoice:
+    """The image of one node group (core.domain.images), a custom one validated."""
+    custom = custom_image(spec.image, cluster.config)
+    return image_for(vendor, validate_image(custom) if custom else None)
+
+
+def _source(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster, placed, namespace: str):
+    """The recipes ConfigMaps and their volume when a group runs the upstream image, else ([], None)."""
+    if not any(group_image(spec, cluster, g.vendor).delivered for g, _ in placed):
+        return [], None
+    files = delivery.recipes_files()
+    maps = delivery.render_source_maps(job_name(workspace_id), _metadata(workspace_id, "", namespace), files)
+    return maps, delivery.source_volume(maps, files)
+
+
 def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                        groups: list[NodeGroup], namespace: str = "default",
-                       secret_keys: Iterable[str] = ()) -> dict[str, Any]:
-    """The Volcano Job: a master task and one worker task per node group, gang-scheduled."""
-    image = validate_image(spec.image or cluster.config.get("image") or DEFAULT_IMAGE)
+                       secret_keys: Iterable[str] = (),
+                       source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Volcano Job: a master task and one worker task per node group, gang-scheduled.
+    `source`: the recipes volume (render_manifests passes the one of its ConfigMaps)."""
     placed = allocate(groups, spec.workers, cluster.name)
+    if source is None:
+        source = _source(workspace_id, spec, cluster, placed, namespace)[1]
     job, backend, keys = job_name(workspace_id), dist_backend(placed), list(secret_keys)
     template = lambda group, is_host: _pod_template(  # noqa: E731
-        workspace_id, job, image, cluster, group, spec.workers, backend, is_host, keys, spec)
+        workspace_id, job, group_image(spec, cluster, group.vendor), cluster, group, spec.workers,
+        backend, is_host, keys, spec, source)
     tasks = datacenter_tasks(placed, template) if uses_datacenters(placed) else _node_tasks(placed, template)
     return add_recovery({
         "apiVersion": API_VERSION, "kind": "Job",
@@ -293,11 +330,13 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
 def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                      groups: list[NodeGroup], namespace: str,
                      tokens: dict[str, str]) -> list[dict[str, Any]]:
-    """ConfigMap, Secret (when there are tokens), the checkpoint claim (when the workspace
-    has its own) and Job, in the order they are created."""
-    job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens)
-    backend = dist_backend(allocate(groups, spec.workers, cluster.name))
-    out = [render_config_map(workspace_id, spec, namespace, backend)]
+    """ConfigMap, the recipes ConfigMaps (upstream image), Secret (when there are tokens), the
+    checkpoint claim (when the workspace has its own) and Job, in the order they are created."""
+    placed = allocate(groups, spec.workers, cluster.name)
+    maps, source = _source(workspace_id, spec, cluster, placed, namespace)
+    job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens, source)
+    backend = dist_backend(placed)
+    out = [render_config_map(workspace_id, spec, namespace, backend, cluster)] + maps
     if tokens:
         out.append(render_secret(workspace_id, tokens, namespace))
     claim = render_checkpoint_claim(job["metadata"]["name"], spec, cluster,
@@ -306,11 +345,17 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
 
 
 def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
-    """YAML for people: a Secret shows its keys only, never values."""
+    """YAML for people: a Secret shows its keys only, never values; the recipes ConfigMaps
+    a count of their files, not the source."""
     shown = []
     for manifest in manifests:
         if manifest["kind"] == "Secret":
             manifest = {**manifest, "stringData": {k: "<hidden>" for k in manifest["stringData"]}}
+        elif manifest["metadata"].get("labels", {}).get(delivery.PART_LABEL) == "recipes":
+            data = manifest["data"]
+            size = sum(len(v.encode()) for v in data.values())
+            manifest = {**manifest, "data": {"<recipes source>": f"{len(data)} files, {size} bytes "
+                                             "from the installed recipes package"}}
         shown.append(manifest)
     return yaml.dump_all(shown, Dumper=_ReadableDumper, sort_keys=False, width=100)
 

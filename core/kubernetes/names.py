@@ -33,7 +33,7 @@ def validate_image(image: str) -> str:
         raise InvalidInput(
             f"image: {image!r} is not a valid container image name",
             "use REGISTRY/PATH[:TAG][@sha256:DIGEST] in lower case, "
-            "e.g. ghcr.io/geotrain/recipes:0.1.0")
+            "e.g. registry.example.com/team/recipes:1.0")
     return image
 
 

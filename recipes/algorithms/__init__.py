@@ -8,16 +8,21 @@ from recipes.algorithms.ddp import DDP
 from recipes.algorithms.demo import DemoExchange, sign_outer_step
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import FullPrecisionExchange, QuantizedExchange
+from recipes.algorithms.hierarchical import HierarchicalDiLoCo, HierarchicalExchange
 from recipes.config import Compression
 from recipes.schema import TrainConfig
+from recipes.topology import TopologyError
 from recipes.distributed import Wire
 
 
-def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire):
-    """The algorithm a resolved preset asks for, wired to `wire` for byte counting."""
+def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire, lan: Wire | None = None):
+    """The algorithm a resolved preset asks for, wired to `wire` for byte counting; with `lan`
+    (a datacenter's group), hierarchical DiLoCo with `wire` the WAN group (recipes.algorithms.hierarchical)."""
     if comp.algorithm == "ddp":
         return DDP(model, wire)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if lan is not None:
+        return _hierarchical(model, comp, cfg, wire, lan, numel)
     if comp.algorithm == "demo":
         exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=4 if comp.bits == 4 else 8,
                                 value_block=comp.block or 128)
@@ -33,3 +38,11 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
         if cfg.demo.sign_step:
             algo.outer_update = lambda avg: sign_outer_step(algo.global_flat, avg, cfg.demo.sign_lr)
     return algo
+
+
+def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wire, numel: int):
+    if comp.algorithm == "demo":
+        raise TopologyError("DeMo has no exchange between datacenters: use a diloco preset, or datacenters: 1")
+    exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback)
+    return HierarchicalDiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
+                              outer_momentum=comp.outer_momentum)

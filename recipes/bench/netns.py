@@ -138,6 +138,10 @@ class Wan:
             total += int(ns_exec(ns, "cat", f"/sys/class/net/{IFACE}/statistics/tx_bytes").stdout)
         return total
 
+    def tx_bytes_per_dc(self) -> list[int]:
+        """Bytes each datacenter has sent over its uplink (headers included)."""
+        return [int(ns_exec(ns, "cat", f"/sys/class/net/{IFACE}/statistics/tx_bytes").stdout) for ns in self.names]
+
     def __enter__(self) -> "Wan":
         return self.up()
 

@@ -3,9 +3,13 @@
     sudo python -m recipes.bench --wan --quick --json wan.json      # CI size, ~4 min on 2 cores
     sudo python -m recipes.bench.wan --size wan --steps 1000 --json wan.json
     sudo python -m recipes.bench.wan --size wan --steps 50 --rtt-ms 100 --window-kb 256 --methods ddp ddp-4streams
+    sudo python -m recipes.bench --wan --quick --datacenters 3 --workers-per-dc 2 --methods ddp high --json w.json
 
-Each datacenter is a network namespace with one worker (recipes/bench/netns.py); the
-workers run `torchrun --rdzv-backend static` over gloo across the shaped link, every
+Each datacenter is a network namespace (recipes/bench/netns.py) with one worker, or with
+`--workers-per-dc M` M workers on its own LAN (the namespace's local routes, unshaped)
+running hierarchical DiLoCo (`datacenters=K`: gradients all-reduced inside the
+datacenter, the outer exchange between datacenters; DDP stays one flat ring). The
+workers run `torchrun --rdzv-backend static` over gloo across the shaped links, every
 method on the same step budget. Per method it reports the training loop's wall
 time, the time until its smoothed training loss first reaches DDP's final one,
 the bytes that crossed the datacenters' uplinks (interface counters, headers
@@ -56,9 +60,10 @@ PORT = 29531
 REACH_FACTORS = (2, 4)  # step budgets, as multiples of DDP's, tried for a method that did not reach
 
 
-def worker_cmd(wan: netns.Wan, rank: int, overrides: list[str]) -> list[str]:
+def worker_cmd(wan: netns.Wan, rank: int, overrides: list[str], per_dc: int = 1) -> list[str]:
+    """The torchrun of datacenter `rank` (its `per_dc` workers are ranks rank*per_dc ...)."""
     return ["ip", "netns", "exec", wan.names[rank], sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", str(wan.datacenters), "--nproc-per-node", "1", "--node-rank", str(rank),
+            "--nnodes", str(wan.datacenters), "--nproc-per-node", str(per_dc), "--node-rank", str(rank),
             "--rdzv-backend", "static", "--master-addr", wan.address(0), "--master-port", str(PORT),
             "-m", "recipes.bench.wan_worker", "--config", str(CONFIG), *SHARED, *overrides]
 
@@ -70,13 +75,16 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def run_method(wan: netns.Wan, name: str, size: str, steps: int, workdir: Path, timeout: float) -> dict:
+def run_method(wan: netns.Wan, name: str, size: str, steps: int, workdir: Path, timeout: float,
+               per_dc: int = 1) -> dict:
     """One real multi-datacenter run; returns its raw measurements."""
     out = workdir / f"{name}-{steps}"
     overrides = [*METHODS[name], f"size={size}", f"steps={steps}", f"out_dir={out}"]
-    before = wan.tx_bytes()
+    if per_dc > 1:
+        overrides.append(f"datacenters={wan.datacenters}")
+    before, before_dc = wan.tx_bytes(), wan.tx_bytes_per_dc()
     env = {**worker_env(), **METHOD_ENV.get(name, {})}
-    procs = [subprocess.Popen(worker_cmd(wan, r, overrides), cwd=REPO, env=env,
+    procs = [subprocess.Popen(worker_cmd(wan, r, overrides, per_dc), cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(wan.datacenters)]
     logs = []
@@ -90,11 +98,12 @@ def run_method(wan: netns.Wan, name: str, size: str, steps: int, workdir: Path, 
             raise RuntimeError(f"{name}: workers still running after {timeout:.0f}s")
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{name} failed:\n" + "\n".join(log[-3000:] for log in logs))
-    stats = [json.loads((out / f"wan_stats.rank{r}.json").read_text()) for r in range(wan.datacenters)]
+    stats = [json.loads((out / f"wan_stats.rank{r}.json").read_text()) for r in range(wan.datacenters * per_dc)]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     result = json.loads((out / "result.json").read_text())
     return {"stats": stats, "records": [r for r in records if "eval_loss" not in r], "result": result,
-            "wan_bytes": wan.tx_bytes() - before}
+            "wan_bytes": wan.tx_bytes() - before,
+            "wan_bytes_dc": [a - b for a, b in zip(wan.tx_bytes_per_dc(), before_dc)]}
 
 
 def smoothed(records: list[dict]) -> list[tuple[int, float, float]]:
@@ -130,15 +139,21 @@ def summarize(raw: dict, target: float | None) -> dict:
             "wait_s": round(max(s["wait_s"] for s in stats), 3), "steps": steps,
             "outer_steps": raw["result"]["outer_step"], "final_loss": round(curve[-1][2], 4),
             "eval_loss": round(raw["result"].get("eval_loss", float("nan")), 4), "params": stats[0]["params"],
-            "entropy_floor": raw["result"].get("entropy_floor"), "reach_run_steps": None, "reach_step": None}
+            "entropy_floor": raw["result"].get("entropy_floor"), "reach_run_steps": None, "reach_step": None,
+            # per datacenter: its uplink's counter (headers included) per outer step, mean over datacenters;
+            # lan_bytes: what the workers' LAN wires counted (payload only; 0 without hierarchy)
+            "wan_bytes_per_dc": round(sum(raw["wan_bytes_dc"]) / len(raw["wan_bytes_dc"])
+                                      / max(1, raw["result"]["outer_step"])),
+            "lan_bytes": sum(s.get("lan_bytes", 0) for s in stats),
+            "utilization_with_lan": round(min(s.get("utilization_with_lan", s["utilization"]) for s in stats), 4)}
 
 
 def reach(wan: netns.Wan, name: str, size: str, steps: int, target: float, workdir: Path, timeout: float,
-          factors: tuple[int, ...]) -> dict | None:
+          factors: tuple[int, ...], per_dc: int = 1) -> dict | None:
     """Longer runs of one method until one reaches `target`: its time, step and run length."""
     for factor in factors:
         print(f"running {name} for {factor * steps} steps to reach DDP's final loss ...", flush=True)
-        raw = run_method(wan, name, size, factor * steps, workdir, timeout * factor)
+        raw = run_method(wan, name, size, factor * steps, workdir, timeout * factor, per_dc)
         hit = first_reach(raw, target)
         if hit is not None:
             return {"time_to_ddp_loss_s": round(hit[1], 3), "reach_step": hit[0], "reach_run_steps": factor * steps}
@@ -146,7 +161,8 @@ def reach(wan: netns.Wan, name: str, size: str, steps: int, target: float, workd
 
 
 def print_table(report: dict) -> None:
-    print(f"\nWAN bench: {report['datacenters']} datacenters, {report['link_mbit']} Mbit/s per uplink, "
+    print(f"\nWAN bench: {report['datacenters']} datacenters x {report.get('workers_per_dc', 1)} workers, "
+          f"{report['link_mbit']} Mbit/s per uplink, "
           f"RTT +{report['latency_ms']:g} ms, TCP window cap {report['window_kb'] or '-'} KB, "
           f"{report['steps']} steps, {report['params']:,} params; target = DDP's final loss "
           f"{report['target_loss']:.4f}")
@@ -162,6 +178,11 @@ def print_table(report: dict) -> None:
               f"{m['wan_bytes'] / 1e6:>10.2f}{m['utilization']:>7.1%}"
               f"{1000 * m['step_s']:>9.1f}{m['final_loss']:>8.4f}{_seconds(m['ddp_time_to_this_loss_s']):>13}"
               f"{_ratio(m['ddp_time_to_this_loss_s'], m['wall_s']):>15}")
+    print("per datacenter per outer step (uplink counters), and inside datacenters (LAN wires):")
+    for name, m in report["methods"].items():
+        if "wan_bytes_per_dc" in m:
+            print(f"  {name:<13}WAN {m['wan_bytes_per_dc'] / 1e6:8.3f} MB/DC/outer step   "
+                  f"LAN {m['lan_bytes'] / 1e6:9.2f} MB   util incl. LAN waits {m['utilization_with_lan']:.1%}")
     for name, m in report["methods"].items():
         if m.get("reach_run_steps"):
             print(f"* {name}: ended the {report['steps']}-step budget above DDP's final loss; a "
@@ -177,7 +198,8 @@ def _ratio(numerator: float | None, denominator: float | None) -> str:
 
 
 def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenters: int, timeout: float,
-              rtt_ms: float = 0.0, window_kb: int = 0, reach_factors: tuple[int, ...] = REACH_FACTORS) -> dict:
+              rtt_ms: float = 0.0, window_kb: int = 0, reach_factors: tuple[int, ...] = REACH_FACTORS,
+              per_dc: int = 1) -> dict:
     if "ddp" not in methods:
         methods = ["ddp", *methods]
     raws = {}
@@ -185,19 +207,20 @@ def run_bench(methods: list[str], size: str, steps: int, mbit: float, datacenter
     with tempfile.TemporaryDirectory(prefix="gtwan-") as tmp, wan_spec as wan:
         for name in methods:
             print(f"running {name} ...", flush=True)
-            raws[name] = run_method(wan, name, size, steps, Path(tmp), timeout)
+            raws[name] = run_method(wan, name, size, steps, Path(tmp), timeout, per_dc)
         ddp_curve = smoothed(raws["ddp"]["records"])
         target = ddp_curve[-1][2]
         summaries = {name: summarize(raw, target) for name, raw in raws.items()}
         for name, summary in summaries.items():
             if summary["time_to_ddp_loss_s"] is None and not name.startswith("ddp"):
-                summary.update(reach(wan, name, size, steps, target, Path(tmp), timeout, reach_factors) or {})
+                summary.update(reach(wan, name, size, steps, target, Path(tmp), timeout, reach_factors, per_dc) or {})
     for summary in summaries.values():
         # the equal-quality view: how long DDP took to get as low as this method ended
         hit = first_reach(raws["ddp"], summary["final_loss"], ddp_curve)
         summary["ddp_time_to_this_loss_s"] = None if hit is None else round(hit[1], 3)
     first = summaries["ddp"]
-    return {"link_mbit": mbit, "datacenters": datacenters, "steps": steps, "params": first["params"],
+    return {"link_mbit": mbit, "datacenters": datacenters, "workers_per_dc": per_dc, "steps": steps,
+            "params": first["params"],
             "model": f"gpt-neo/{size}", "target_loss": round(target, 4), "latency_ms": rtt_ms,
             "window_kb": window_kb, "reach_factors": list(reach_factors),
             "methods": summaries}
@@ -212,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=["wan", "wan-wide"], help="bench model (default wan quick, wan-wide full)")
     parser.add_argument("--mbit", type=float, default=50.0, help="rate of every datacenter uplink")
     parser.add_argument("--datacenters", type=int, default=2)
+    parser.add_argument("--workers-per-dc", type=int, default=1, metavar="M",
+                        help="workers in each datacenter, on its LAN (M > 1: hierarchical DiLoCo)")
     parser.add_argument("--rtt-ms", type=float, default=0.0,
                         help="round trip added between datacenters by a user-space delay line (0: none)")
     parser.add_argument("--window-kb", type=int, default=0,
@@ -229,13 +254,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown method(s) {', '.join(unknown)} — use some of {', '.join(METHODS)}", file=sys.stderr)
         return 2
+    if args.workers_per_dc < 1 or args.datacenters < 2:
+        print("error: use --datacenters 2 or more and --workers-per-dc 1 or more", file=sys.stderr)
+        return 2
     steps = args.steps or (150 if args.quick else 400)
     size = args.size or ("wan" if args.quick else "wan-wide")
     if any(k < 2 for k in args.reach_factors):
         print("error: --reach-factors are whole multiples of the step budget, 2 or more", file=sys.stderr)
         return 2
     report = run_bench(methods, size, steps, args.mbit, args.datacenters, args.timeout, args.rtt_ms,
-                       args.window_kb, tuple(args.reach_factors))
+                       args.window_kb, tuple(args.reach_factors), args.workers_per_dc)
     print_table(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

@@ -33,21 +33,28 @@ BENCH_SIZES = {
 for _name, _spec in BENCH_SIZES.items():
     catalog.MODEL_SIZES["gpt-neo"].setdefault(_name, _spec)
 
-STATS = {"wait_s": 0.0, "loop_start": None, "loop_end": None, "params": 0, "calls": 0}
+STATS = {"wait_s": 0.0, "lan_wait_s": 0.0, "loop_start": None, "loop_end": None, "params": 0, "calls": 0,
+         "lan_bytes": 0}
+LAN_GROUPS: list = []  # a datacenter's own group (hierarchical DiLoCo): its waits are not WAN waits
+
+
+def _charge(seconds: float, kwargs: dict) -> None:
+    group = kwargs.get("group")
+    STATS["lan_wait_s" if group is not None and any(group is g for g in LAN_GROUPS) else "wait_s"] += seconds
 
 
 class TimedWork:
     """An async handle whose wait() is charged to the network."""
 
-    def __init__(self, work) -> None:
-        self._work = work
+    def __init__(self, work, call_kwargs: dict) -> None:
+        self._work, self._call = work, call_kwargs
 
     def wait(self, *args, **kwargs):
         start = time.perf_counter()
         try:
             return self._work.wait(*args, **kwargs)
         finally:
-            STATS["wait_s"] += time.perf_counter() - start
+            _charge(time.perf_counter() - start, self._call)
 
     def __getattr__(self, name):
         return getattr(self._work, name)
@@ -60,14 +67,15 @@ def timed(fn):
         result = fn(*args, **kwargs)
         STATS["calls"] += 1
         if kwargs.get("async_op") and result is not None:
-            return TimedWork(result)
-        STATS["wait_s"] += time.perf_counter() - start
+            return TimedWork(result, kwargs)
+        _charge(time.perf_counter() - start, kwargs)
         return result
     return call
 
 
 def install() -> None:
-    for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"):
+    for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
+                 "all_to_all_single"):
         setattr(dist, name, timed(getattr(dist, name)))
     first_step = train.Trainer.train_step
     evaluate = train.Trainer.evaluate
@@ -77,13 +85,16 @@ def install() -> None:
             if dist.is_initialized():
                 dist.barrier()
             STATS["params"] = sum(p.numel() for p in self.model.parameters())
-            STATS["wait_s"] = 0.0
+            STATS["wait_s"] = STATS["lan_wait_s"] = 0.0
+            if self.lan is not None:
+                LAN_GROUPS.append(self.lan.group)
             STATS["loop_start"] = time.time()
         return first_step(self)
 
     def timed_evaluate(self):
         STATS["loop_end"] = time.time()
         STATS["out_dir"] = str(self.out_dir)
+        STATS["lan_bytes"] = self.lan.bytes_sent if self.lan is not None else 0
         return evaluate(self)
 
     train.Trainer.train_step = train_step
@@ -97,7 +108,9 @@ def write_stats() -> None:
     out = Path(STATS["out_dir"]) / f"wan_stats.rank{rank}.json"
     loop = STATS["loop_end"] - STATS["loop_start"]
     out.write_text(json.dumps({**STATS, "rank": rank, "loop_s": loop,
-                               "utilization": max(0.0, loop - STATS["wait_s"]) / loop if loop > 0 else None}))
+                               "utilization": max(0.0, loop - STATS["wait_s"]) / loop if loop > 0 else None,
+                               "utilization_with_lan": (max(0.0, loop - STATS["wait_s"] - STATS["lan_wait_s"]) / loop
+                                                        if loop > 0 else None)}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,19 @@ from pathlib import Path
 
 from recipes.catalog import MODEL_SIZES
 from recipes.schema import TrainConfig
+from recipes.telemetry import ProgressEvents
 
 
 def build_data(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path):
-    """The data source named by `cfg.data.source` for this rank."""
+    """The data source named by `cfg.data.source` for this rank, announced by `data` events
+    (start, progress where the source reports it, done) so the workspace shows PREPARING_DATA."""
+    report = ProgressEvents(cfg.data.source, "tokens" if cfg.data.source == "c4" else "items", rank=rank)
+    data = _build(cfg, rank, world_size, out_dir, report)
+    report.done(getattr(data, "prepared", None), cached=getattr(data, "cached", False))
+    return data
+
+
+def _build(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, report: ProgressEvents):
     d = cfg.data
     spec = MODEL_SIZES[cfg.model][cfg.size]
     if d.source == "markov":
@@ -26,7 +35,7 @@ def build_data(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path):
     if d.source == "c4":
         from recipes.data.c4 import C4Data
 
-        return C4Data(cfg, rank, world_size, out_dir)
+        return C4Data(cfg, rank, world_size, out_dir, report)
     if d.source == "synthetic-graph":
         from recipes.data.graphs import SyntheticGraph
 

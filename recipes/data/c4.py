@@ -58,8 +58,9 @@ def _stream(cfg: TrainConfig, rank: int, world_size: int):
     return split_dataset_by_node(ds, rank=rank, world_size=world_size)
 
 
-def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> Path:
-    """Tokenize this rank's shard up to the token budget once; later calls return the cached file."""
+def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, report=None) -> Path:
+    """Tokenize this rank's shard up to the token budget once; later calls return the cached file.
+    `report` (recipes.telemetry.ProgressEvents) hears the tokens written so far."""
     d = cfg.data
     budget = d.max_tokens or (cfg.steps * d.batch_size * d.seq_len + d.seq_len)
     key = hashlib.sha1(json.dumps([d.path, d.hub_name, d.hub_config, d.tokenizer, budget]).encode()).hexdigest()[:12]
@@ -69,15 +70,19 @@ def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> 
     marker, data_file = stem.with_suffix(".json"), stem.with_suffix(".bin")
     if marker.exists():
         return data_file
+    if report is not None:
+        report.total = budget
     tok = Tokenizer(d.tokenizer)
     dtype = numpy.uint16 if tok.vocab_size <= 65536 else numpy.uint32
     written = 0
-    tmp = stem.with_suffix(".bin.tmp")
+    tmp = stem.with_suffix(f".bin.tmp{os.getpid()}")  # the cache is shared per node: no two writers share a file
     with tmp.open("wb") as fh:
         for row in _stream(cfg, rank, world_size):
             ids = tok.encode(row["text"]) + [tok.eos]
             numpy.asarray(ids, dtype=dtype).tofile(fh)
             written += len(ids)
+            if report is not None:
+                report.progress(written)
             if written >= budget:
                 break
     if written < d.seq_len + 1:
@@ -90,9 +95,11 @@ def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> 
 class C4Data:
     """Windows of the cached token stream of this rank."""
 
-    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, out_dir: Path) -> None:
-        data_file = build_cache(cfg, rank, world_size, out_dir)
+    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, report=None) -> None:
+        data_file = build_cache(cfg, rank, world_size, out_dir, report)
         meta = json.loads(data_file.with_suffix(".json").read_text())
+        self.cached = report is not None and report.total is None  # the marker was there already
+        self.prepared = meta["tokens"]
         self.tokens = numpy.memmap(data_file, dtype=meta["dtype"], mode="r")
         self.batch_size, self.seq_len = cfg.data.batch_size, cfg.data.seq_len
         self.windows = (len(self.tokens) - 1) // self.seq_len

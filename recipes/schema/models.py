@@ -142,8 +142,8 @@ class LoggingConfig(Section):
     """Print and record metrics every this many steps."""
     wandb: Bool = True
     """Log to W&B on rank 0 (offline mode when WANDB_API_KEY is unset)."""
-    wandb_project: Str = "geotrain"
-    """W&B project name."""
+    wandb_project: Optional[Str] = None
+    """W&B project; null gives each workspace its own (geotrain-<workspace id>); an existing one is fine."""
     wandb_entity: Optional[Str] = None
     """W&B entity (team); null uses the key's default."""
     run_name: Optional[Str] = None
@@ -204,6 +204,10 @@ class TrainConfig(Section):
     """Override the preset's algorithm (e.g. demo with the ultra preset's H); null: the preset's."""
     steps: Int = Field(200, ge=1)
     """Inner (optimizer) steps per worker."""
+    datacenters: Int = Field(1, ge=1, le=64)
+    """Datacenters the workers form (ranks split evenly, in order) for hierarchical DiLoCo: gradients
+    all-reduced inside a datacenter every step, the outer exchange between datacenters only; 1 = flat.
+    Overridden by the GEOTRAIN_DC_* environment a launcher sets (recipes/topology.py)."""
     out_dir: Str = "runs/default"
     """Where metrics.jsonl, checkpoints/ and wandb/ go; relative to the cwd."""
     seed: Int = 0

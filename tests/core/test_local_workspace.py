@@ -88,7 +88,7 @@ def test_cli_killed_while_following_then_reattached(geotrain_home):
     follower.wait()
     listed = _cli("workspaces", "list", "--json")
     status = {w["id"]: w["status"] for w in json.loads(listed.stdout)}[workspace_id]
-    assert status in ("RUNNING", "PENDING")
+    assert status in ("PENDING", "PREPARING_DATA", "RENDEZVOUS", "RUNNING")
     again = _cli("workspaces", "logs", workspace_id, "--follow")
     assert again.returncode == 0
     assert "[worker-0]" in again.stdout and "[worker-1]" in again.stdout
@@ -98,7 +98,7 @@ def test_cli_killed_while_following_then_reattached(geotrain_home):
 
 
 def test_token_never_reaches_argv_logs_or_database(geotrain_home):
-    token = "wandb-secret-4f9a8b7c6d5e"
+    token = "wandb-secret4f9a8b7c6d5e0123456789abcdef0123456789ab"  # well-formed: 40+ after the prefix
     out = _cli("workspaces", "deploy", "distributed-training", "--steps", "60", "--json",
                "--wandb-token", token, env_extra={"WANDB_MODE": "offline"})
     assert out.returncode == 0, out.stderr

@@ -1,6 +1,11 @@
 """HubStandIn: a stand-in for the Hugging Face Hub (which cannot be reached here), just
 the endpoints `huggingface_hub.HfApi` uses to create a repo, commit files, list them and
-download them. Files live in memory; every request is recorded for the tests to check."""
+download them, and to ask about a gated dataset (`auth_check`, `dataset_info`). Files
+live in memory; every request is recorded for the tests to check.
+
+Gated datasets answer as the Hub does: no token -> 401 GatedRepo, a token the Hub does
+not know -> 401 "Invalid credentials in Authorization header", a known token whose
+account has not accepted the terms -> 403 GatedRepo, a granted one -> 200."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ class HubStandIn:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.commits: list[tuple[str, list[str]]] = []  # (repo, paths) in commit order
         self.requests: list[tuple[str, str, str]] = []  # (method, path, Authorization)
+        self.tokens: set[str] = set()  # tokens the Hub knows (for gated datasets)
+        self.gated: dict[str, set[str]] = {}  # gated dataset -> tokens whose account was granted
         self._server: ThreadingHTTPServer | None = None
 
     def start(self) -> str:
@@ -69,6 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.stand_in
         hub.requests.append((method, path, self.headers.get("Authorization", "")))
         repos = hub.repos
+        if m := re.fullmatch(r"/api/datasets/(.+?/[^/]+?)(/auth-check)?", path):
+            return self._gated(m.group(1), self.headers.get("Authorization", ""))
         if method == "POST" and path == "/api/repos/create":
             spec = json.loads(body)
             repo = f"{spec.get('organization') or 'me'}/{spec['name']}" if "/" not in spec["name"] else spec["name"]
@@ -105,6 +114,21 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"X-Repo-Commit": "0" * 40, "ETag": f'"{_sha(data)}"'}
             return self._send(200, data, headers, head=method == "HEAD")
         self._send(404, {"error": f"stand-in has no {method} {path}"})
+
+    def _gated(self, repo: str, authorization: str) -> None:
+        hub = self.stand_in
+        if repo not in hub.gated:
+            return self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+        token = authorization.removeprefix("Bearer ").strip()
+        if not token:
+            return self._send(401, {"error": f"Access to dataset {repo} is restricted. You must be authenticated"
+                                             " to access it."}, {"X-Error-Code": "GatedRepo"})
+        if token not in hub.tokens:
+            return self._send(401, {"error": "Invalid credentials in Authorization header"})
+        if token not in hub.gated[repo]:
+            return self._send(403, {"error": f"Access to dataset {repo} is restricted and you are not in the"
+                                             " authorized list."}, {"X-Error-Code": "GatedRepo"})
+        return self._send(200, {"id": repo, "gated": "manual", "private": False})
 
     def do_GET(self) -> None:
         self._route("GET")

@@ -71,9 +71,10 @@ def test_a_failed_pod_gets_the_workspace_recovered(fake, kubeconfig, capsys):  #
     ws = service.deploy(spec, {})
     job = f"gt-{ws.id}"
     first_uid = fake.objects[("jobs", "default", job)]["metadata"]["uid"]
-    master, worker = fake.add_pod(job, "master", 0), fake.add_pod(job, "worker", 0)
+    fake.add_pod(job, "master", 0)
+    worker = fake.add_pod(job, "worker", 0)
     fake.set_job_phase(job, "Running")
-    assert service.status(ws.id).status == "RUNNING"
+    assert service.status(ws.id).status == "RENDEZVOUS"  # both started, no training step yet
     assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == first_uid  # healthy: untouched
 
     fake.end_container(worker, 137)  # the node went away under it
@@ -90,6 +91,6 @@ def test_a_failed_pod_gets_the_workspace_recovered(fake, kubeconfig, capsys):  #
 
     second = fake.add_pod(job, "worker", 0)  # fails again: the budget of one is spent
     fake.end_container(second, 1)
-    assert service.status(ws.id).status in ("PENDING", "RUNNING", "FAILED")
+    assert service.status(ws.id).status in ("PENDING", "RENDEZVOUS", "RUNNING", "FAILED")
     assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == resubmitted["metadata"]["uid"]
     assert sum(e["kind"] == "recovery" for e in service.events(ws.id)) == 1

@@ -47,7 +47,7 @@ def test_all_workers_killed_come_back_from_newest_checkpoint(geotrain_home):
     supervisor.kill()
     kill_all(workspace_processes(ws.id), grace=0)
     state = service.status(ws.id)  # what `geotrain workspaces list/show` and the app run
-    assert state.status in ("PENDING", "RUNNING"), state
+    assert state.status in ("PENDING", "PREPARING_DATA", "RENDEZVOUS", "RUNNING"), state
     assert int((run_dir / "supervisor.pid").read_text()) != supervisor.pid
     assert wait_done(service, ws.id) == "COMPLETED"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-CORE = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims)"
+CORE = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims|events)"
 VOLCANO = r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/(?P<res>jobs)"
 PODGROUPS = r"/apis/scheduling\.volcano\.sh/v1beta1/namespaces/(?P<ns>[^/]+)/(?P<res>podgroups)"
 GROUP_OF = {"jobs": "batch.volcano.sh", "podgroups": "scheduling.volcano.sh"}
@@ -95,6 +95,39 @@ class FakeKubeAPI:
             self.start_container(name, ns)
         return name
 
+    def pull_image(self, name: str, node: str, image: str, ns: str = "default",
+                   at: float | None = None) -> None:
+        """Kubelet on `node` starts pulling the pod's image: a `Pulling` event, container waiting."""
+        with self.cond:
+            pod = self._pod(name, ns)
+            pod.setdefault("spec", {})["nodeName"] = node
+            pod["status"].pop("conditions", None)
+        self.add_event(name, "Pulling", f'Pulling image "{image}"', ns=ns, at=at)
+
+    def finish_pull(self, name: str, image: str, ns: str = "default") -> None:
+        """The image is on the node now; the container is being created."""
+        with self.cond:
+            status = self._pod(name, ns)["status"]["containerStatuses"][0]
+            status["state"] = {"waiting": {"reason": "ContainerCreating"}}
+        self.add_event(name, "Pulled", f'Successfully pulled image "{image}" in 1m2.5s', ns=ns)
+
+    def fail_pull(self, name: str, reason: str, message: str, ns: str = "default") -> None:
+        """The pull failed (ErrImagePull, then ImagePullBackOff), as kubelet reports it."""
+        with self.cond:
+            status = self._pod(name, ns)["status"]["containerStatuses"][0]
+            status["state"] = {"waiting": {"reason": reason, "message": message}}
+        self.add_event(name, "Failed", f"Error: {reason}", kind="Warning", ns=ns)
+
+    def add_event(self, pod: str, reason: str, message: str, kind: str = "Normal",
+                  ns: str = "default", at: float | None = None) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at if at is not None else time.time()))
+        name = f"{pod}.{uuid.uuid4().hex[:12]}"
+        with self.cond:
+            self.objects[("events", ns, name)] = {
+                "metadata": {"name": name, "namespace": ns}, "reason": reason, "message": message,
+                "type": kind, "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns},
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+
     def _pod(self, name: str, ns: str) -> dict:
         return self.objects[("pods", ns, name)]
 
@@ -165,6 +198,18 @@ def _matches(obj: dict, selector: str) -> bool:
     labels = obj["metadata"].get("labels") or {}
     pairs = [p.split("=", 1) for p in selector.split(",") if p]
     return all(labels.get(k) == v for k, v in pairs)
+
+
+def _fields_match(obj: dict, selector: str) -> bool:
+    """`a.b=value,c=value` field selectors (equality only, as events are listed with)."""
+    for term in filter(None, selector.split(",")):
+        path, _, want = term.partition("=")
+        value = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if str(value) != want:
+            return False
+    return True
 
 
 def _claim_problem(claim: dict) -> str:
@@ -299,7 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(201, obj)
             if name is None:
                 items = [o for (r, n, _), o in sorted(fake.objects.items())
-                         if r == res and n == ns and _matches(o, query.get("labelSelector", ""))]
+                         if r == res and n == ns and _matches(o, query.get("labelSelector", ""))
+                         and _fields_match(o, query.get("fieldSelector", ""))]
                 return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
             if key not in fake.objects:
                 return self._send(404, _status(404, "NotFound", f'{res} "{name}" not found'))

@@ -73,9 +73,9 @@ def test_deploy_list_status_logs_restart_delete(fake, cluster):
     master = fake.add_pod("gt-ws-demo", "master", 0)
     worker = fake.add_pod("gt-ws-demo", "worker", 0)
     fake.set_job_phase("gt-ws-demo", "Running")
-    state = backend.status("ws-demo")
-    assert state.status == "RUNNING"
-    assert [(w.name, w.status) for w in state.workers] == [("master-0", "RUNNING"), ("worker-0", "RUNNING")]
+    state = backend.status("ws-demo")  # containers started, no training step yet: rendezvous
+    assert state.status == "RENDEZVOUS" and state.reason == "all 2 present, forming the group"
+    assert [(w.name, w.status) for w in state.workers] == [("master-0", "RENDEZVOUS"), ("worker-0", "RENDEZVOUS")]
 
     got: list[tuple[str, str]] = []
     follow = backend.logs("ws-demo", follow=True)

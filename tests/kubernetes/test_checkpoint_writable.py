@@ -85,6 +85,10 @@ def _pod(workers: int) -> dict:
 def _run(container: dict, volume: Path, base: Path, as_root_with: list[str] | None = None):
     env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
     env = {k: v.replace(CHECKPOINT_MOUNT, str(volume)) for k, v in env.items()}
+    deps = base / "pydeps-prepared"  # the node's dependency cache, prepared by an earlier pod
+    deps.mkdir(exist_ok=True)
+    (deps / ".complete").touch()
+    env.update(GEOTRAIN_DEPS_DIR=str(deps))
     env.update(POD_IP="127.0.0.1", GEOTRAIN_RDZV_HOST="localhost", HOME=str(base / "work"),
                PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", PYTHONPATH=str(base / "work"),
                OMP_NUM_THREADS="1")
@@ -126,7 +130,8 @@ def test_a_node_directory_is_handed_to_the_pod_user_by_the_init_step(base):
     volume = base / "node" / "gt-ws-own"
     volume.mkdir(parents=True, mode=0o755)
     (base / "node").chmod(0o755)
-    trainer, (init,) = pod["containers"][0], pod["initContainers"]
+    trainer = pod["containers"][0]
+    (init,) = [c for c in pod["initContainers"] if c["name"] == "checkpoint-owner"]
 
     without = _run(trainer, volume, base)  # what issue 17 saw: no init step, no write
     assert without.returncode != 0 and "Permission denied" in without.stdout + without.stderr
@@ -140,3 +145,23 @@ def test_a_node_directory_is_handed_to_the_pod_user_by_the_init_step(base):
     result = _run(trainer, volume, base)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"uid {POD_UID} wrote and loaded step 5: [0.0, 1.0, 2.0, 3.0]" in result.stdout
+
+
+def test_the_node_caches_are_handed_to_the_pod_user_by_their_init_step(base):
+    """The dataset and dependency caches (core.kubernetes.recipes_delivery): node directories
+    kubelet makes root's 0755, chowned by a root step holding only CHOWN, once."""
+    from core.kubernetes.recipes_delivery import DATASET_MOUNT, DEPS_MOUNT
+
+    (init,) = [c for c in _pod(workers=3)["initContainers"] if c["name"] == "cache-owner"]
+    assert init["securityContext"]["capabilities"]["add"] == ["CHOWN"]
+    dirs = {mount: base / "node" / mount.strip("/").replace("/", "-") for mount in (DEPS_MOUNT, DATASET_MOUNT)}
+    for path in dirs.values():
+        path.mkdir(parents=True, mode=0o755)
+    script = init["command"][2]
+    for mount, path in dirs.items():
+        script = script.replace(mount, str(path))
+    for _ in range(2):  # a restarted pod runs it again: still fine
+        done = subprocess.run(["setpriv", "--bounding-set=-all,+chown", "--inh-caps=-all", "--", "/bin/sh", "-c", script],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert all(path.stat().st_uid == POD_UID for path in dirs.values())

@@ -79,8 +79,10 @@ def _zone_terms(task):
 
 
 def test_three_datacenter_mixed_gpu_job_passes_the_crd_schema_and_admission(job_validator):
-    spec = make_spec(workers=8, recovery={"pvc": "geotrain-checkpoints"})  # restricted-ready
-    job = render_volcano_job("ws-three-dcs", spec, CLUSTER, THREE_DCS)
+    # restricted-ready: checkpoints on a claim, and no node caches (a namespace enforcing it)
+    spec = make_spec(workers=8, recovery={"pvc": "geotrain-checkpoints"})
+    restricted = Cluster(name="dc", kind="geotrain", config={"node_caches": False})
+    job = render_volcano_job("ws-three-dcs", spec, restricted, THREE_DCS)
     errors = sorted(job_validator.iter_errors(job), key=lambda e: list(e.path))
     assert not errors, [f"{list(e.path)}: {e.message}" for e in errors]
     assert admission_errors(job) == []

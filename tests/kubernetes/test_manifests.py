@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from core.errors import InvalidInput
+from core.domain.images import UPSTREAM_IMAGES
 from core.kubernetes.manifests import manifests_yaml, render_manifests, render_volcano_job
 from core.domain.records import Cluster
 from core.kubernetes.node_groups import NodeGroup
@@ -50,7 +51,8 @@ def test_heterogeneous_job_has_one_task_per_node_group_and_gloo():
     container = lambda t: t["template"]["spec"]["containers"][0]  # noqa: E731
     assert container(tasks["master"])["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert container(tasks["worker-amd"])["resources"]["limits"]["amd.com/gpu"] == "8"
-    assert container(tasks["worker-amd"])["image"].endswith(":0.1.0-rocm")
+    assert container(tasks["worker-amd"])["image"] == UPSTREAM_IMAGES["amd"]  # upstream ROCm PyTorch
+    assert container(tasks["worker-nvidia"])["image"] == UPSTREAM_IMAGES["nvidia"]
     assert set(container(tasks["worker-cpu"])["resources"]["limits"]) == {"memory"}
     assert tasks["master"]["template"]["spec"]["runtimeClassName"] == "nvidia"
     assert "runtimeClassName" not in tasks["worker-amd"]["template"]["spec"]
@@ -92,7 +94,7 @@ def test_tokens_reach_pods_only_through_a_secret_reference():
     spec = make_spec(tokens={"wandb": "ws-1/wandb", "hf": "ws-1/hf"})
     out = render_manifests("ws-1", spec, CLUSTER, HETEROGENEOUS, "team",
                            {"WANDB_API_KEY": TOKEN, "HF_TOKEN": "hf_abcdefghijkl"})
-    secret, job = out[1], out[2]
+    secret, job = next(m for m in out if m["kind"] == "Secret"), out[-1]
     assert secret["kind"] == "Secret" and secret["metadata"]["namespace"] == "team"
     env = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "secretKeyRef" in e.get("valueFrom", {})}

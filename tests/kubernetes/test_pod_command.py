@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
+from core.domain import run_events
 from core.kubernetes.manifests import render_volcano_job
 from core.domain.records import Cluster
 from core.kubernetes.node_groups import NodeGroup
@@ -45,8 +45,11 @@ def _free_port() -> int:
 def _pod_process(task: dict, workdir, port: int, **env_overrides) -> subprocess.Popen:
     container = task["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    deps = workdir / "pydeps" / "prepared"  # the node's dependency cache, prepared by an earlier pod
+    (deps / ".complete").parent.mkdir(parents=True, exist_ok=True)
+    (deps / ".complete").touch()
     env.update(POD_IP="127.0.0.1", GEOTRAIN_RDZV_HOST="localhost", GEOTRAIN_RDZV_PORT=str(port),
-               PATH=os.environ["PATH"],
+               PATH=os.environ["PATH"], GEOTRAIN_DEPS_DIR=str(deps),
                PYTHONPATH=str(workdir), HOME=str(workdir))
     env.update(env_overrides)
     shell, flag, script = container["command"]
@@ -133,6 +136,8 @@ def test_workers_wait_for_a_late_master_endpoint_and_the_rendezvous_succeeds(thr
         assert proc.returncode == 0, out
     for out in outputs[1:]:
         assert f"waiting for the rendezvous at localhost:{port}" in out
+        assert f"waiting for peers, missing master (at localhost:{port})" in map(run_events.readable,
+                                                                                 out.splitlines())
     ranks = sorted(line.split(" config")[0] for out in outputs for line in out.splitlines()
                    if line.startswith("rank "))
     assert ranks == ["rank 0/3 sum 6", "rank 1/3 sum 6", "rank 2/3 sum 6"]

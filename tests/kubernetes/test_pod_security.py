@@ -22,7 +22,9 @@ from core.domain.records import Cluster
 from core.kubernetes.pod_security import pod_specs, violations
 from tests.kubernetes.conftest import HETEROGENEOUS, MODELS, make_spec, presets
 
-CLUSTER = Cluster(name="dc", kind="geotrain")
+# A namespace enforcing "restricted" (as registration records it): the node caches
+# (core.kubernetes.recipes_delivery) give way to emptyDirs there.
+CLUSTER = Cluster(name="dc", kind="geotrain", config={"pod_security_enforce": "restricted"})
 PVC = {"pvc": "geotrain-checkpoints"}
 
 
@@ -169,7 +171,8 @@ def test_memory_grows_with_the_model_and_the_processes_per_pod():
 def test_amd_pods_get_the_device_groups_and_a_cluster_can_change_them():
     job = render_volcano_job("ws-amd", make_spec(workers=2, recovery=PVC), CLUSTER, HETEROGENEOUS[2:3])
     assert all(pod["securityContext"]["supplementalGroups"] == [44, 109] for _, pod in pod_specs(job))
-    custom = Cluster(name="dc", kind="geotrain", config={"amd_device_gids": [39, 992]})
+    custom = Cluster(name="dc", kind="geotrain", config={"amd_device_gids": [39, 992],
+                                                         "pod_security_enforce": "restricted"})
     job = render_volcano_job("ws-amd", make_spec(workers=2, recovery=PVC), custom, HETEROGENEOUS[2:3])
     pods = [pod for _, pod in pod_specs(job)]
     assert all(p["securityContext"]["supplementalGroups"] == [39, 992] for p in pods)

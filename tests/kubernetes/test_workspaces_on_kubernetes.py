@@ -13,7 +13,6 @@ import pytest
 
 from core.state import paths
 
-from core.domain import recipe_catalog
 from core.domain.records import WorkspaceSpec
 from core.workspaces import WorkspaceService
 from tests.kubernetes.conftest import run
@@ -52,7 +51,8 @@ def test_service_and_cli_run_a_workspace_on_the_cluster(registered, capsys):
     assert WorkspaceService().metrics(ws.id) == [{"step": 10, "loss": 3.1416, "lr": 0.003, "outer_step": 0,
                                                   "bytes_sent": 125000, "step_time": 0.0125}]
     code, out, _ = run(capsys, "workspaces", "show", ws.id)
-    assert "master-0: RUNNING" in out and "worker-0: RUNNING" in out
+    assert "RUNNING  (1 of 2 training; not yet: worker-0)" in out  # worker-0 has printed no step yet
+    assert "master-0: RUNNING" in out and "worker-0: RENDEZVOUS started, no training step yet" in out
     code, out, _ = run(capsys, "workspaces", "logs", ws.id)
     assert out.splitlines() == ["[master-0] [rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent "
                                 "0.125MB 12.5ms/step", "[worker-0] rank 1 up"]

@@ -12,19 +12,22 @@ from core.state.store import Store
 from core.bootstrap.progress import ProgressEvent
 from tui.cluster_builder import BuildOutcome, ClusterBuilder, WizardRequest
 
-STEPS = ["preflight", "containerd", "wireguard", "netmatrix", "k3s", "volcano", "kubeconfig"]
+STEPS = ["preflight", "containerd", "wireguard", "netmatrix", "k3s", "volcano", "images", "kubeconfig"]
 
 
 class StandInClusterBuilder(ClusterBuilder):
-    def __init__(self, store: Store, hold_at: str | None = None, hold_seconds: float = 30) -> None:
+    def __init__(self, store: Store, hold_at: str | None = None, hold_seconds: float = 30,
+                 fail_at: str | None = None, failure: str = "") -> None:
         super().__init__(store)
+        self.fail_at, self.failure = fail_at, failure  # every node fails there with `failure`
+        self.requests: list[WizardRequest] = []
         self.hold_at = hold_at  # the deploy waits before this step until `release` is set
         self.hold_seconds = hold_seconds
         self.release = threading.Event()
         self.holding = threading.Event()
 
-    def steps(self, vpn: bool) -> list[str]:
-        return [s for s in STEPS if vpn or s != "wireguard"]
+    def steps(self, vpn: bool, prepull: bool = False) -> list[str]:
+        return [s for s in STEPS if (vpn or s != "wireguard") and (prepull or s != "images")]
 
     def _log(self, request: WizardRequest, node: str, text: str) -> None:
         path = self.node_log(request.name, node)
@@ -45,7 +48,16 @@ class StandInClusterBuilder(ClusterBuilder):
         return BuildOutcome(True, [f"{n}: ok (preflight)" for n in request.nodes])
 
     def deploy(self, request: WizardRequest, on_event) -> BuildOutcome:
-        for step in self.steps(request.vpn):
+        self.requests.append(request)
+        steps = self.steps(request.vpn, request.prepull)
+        for step in steps:
+            if step == self.fail_at:  # as the runner reports a failed step, then stops these nodes
+                for node in request.nodes:
+                    on_event(ProgressEvent(node, step, 1.0, self.failure, "failed"))
+                done = steps[:steps.index(step)]
+                return BuildOutcome(False, [f"{n}: FAILED at {step} (install): {self.failure}"
+                                            for n in request.nodes],
+                                    k3s_up="k3s" in done)
             if step == self.hold_at:
                 on_event(ProgressEvent(request.nodes[0], step, 0.25, f"{step}: waiting"))
                 self.holding.set()
@@ -59,7 +71,7 @@ class StandInClusterBuilder(ClusterBuilder):
                     if src != dst:
                         conn.execute("INSERT INTO net_matrix VALUES (?,?,?,?,?,0)",
                                      (request.name, src, dst, 0.4 + i + j, 940.0 if i < j else 85.0))
-        return BuildOutcome(True, [f"{n}: ok ({', '.join(self.steps(request.vpn))})"
+        return BuildOutcome(True, [f"{n}: ok ({', '.join(steps)})"
                                    for n in request.nodes])
 
     def import_kubeconfig(self, cluster: str) -> str:

@@ -84,7 +84,7 @@ def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hos
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
-            picker = await _open_wizard(pilot, 1)
+            await _open_wizard(pilot, 1)
             await pilot.press("space", "enter", "enter")
             await until(pilot, lambda: "preflight" in app.screen.outcomes, 120)
             table = app.screen.query_one("#preflight-table", ProgressTable)
@@ -96,4 +96,48 @@ def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hos
             await on_screen(pilot, NodeLogScreen)
             view = app.screen.query_one(LogView)
             await until(pilot, lambda: view.line_count > 0)
+    asyncio.run(run())
+
+
+def test_a_failed_k3s_download_names_the_bundle_and_no_kubeconfig_is_offered(seeded, tmp_path):
+    """The wizard's end after k3s never came up: the failure says what curl's exit 6 means
+    and names the air-gap bundle; `k` (import kubeconfig) is neither shown nor run."""
+    from textual.widgets import Checkbox, Input, Static
+
+    from core.bootstrap.failures import explain_download
+    from tui.screens.cluster_wizard import NO_K3S_HINT
+
+    service, _ = seeded
+    failure = explain_download("downloading k3s (amd64)", 6, "amd64")
+    builder = StandInClusterBuilder(service.store, fail_at="k3s", failure=failure)
+    app = make_app(service, cluster_builder=builder, **states.app_options())
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _open_wizard(pilot, 2)
+            await pilot.press("space", "enter")
+            await until(pilot, lambda: app.screen.stage == "options")
+            app.screen.query_one("#k3s-bundle", Input).value = str(bundle)  # no k3s binary in it
+            await pilot.press("enter")
+            error = app.screen.query_one("#wizard-error", Static)
+            assert app.screen.stage == "options" and "has no k3s binary" in str(error.render())
+            (bundle / "k3s").write_bytes(b"\x7fELF")
+            app.screen.query_one("#prepull", Checkbox).value = True
+            await pilot.press("enter")
+            await until(pilot, lambda: "preflight" in app.screen.outcomes)
+            await pilot.press("enter")
+            await until(pilot, lambda: app.screen.stage == "done", 20)
+            (request,) = builder.requests
+            assert request.k3s_bundle == str(bundle) and request.prepull
+            assert "images" in app.screen.query_one("#deploy-table", ProgressTable).steps
+            summary = str(app.screen.query_one("#build-summary", Static).render())
+            assert "exit code 6: the node cannot resolve the download host" in summary
+            assert "--k3s-bundle DIR" in summary
+            assert str(app.screen.query_one("#done-hint", Static).render()).startswith(NO_K3S_HINT[:40])
+            assert app.screen.check_action("import_kubeconfig", ()) is False
+            await pilot.press("k")
+            await pilot.pause()
+            assert not any("merged context" in n.message for n in app._notifications)
     asyncio.run(run())

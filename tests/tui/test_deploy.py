@@ -32,7 +32,7 @@ def test_deploy_on_local_from_the_form_streams_both_workers_to_completion(geotra
 
     service = WorkspaceService()
     app = make_app(service, poll_seconds=0.5)
-    secret = "wandb-secret-token-123"
+    secret = "wandb-secrettoken1234567890abcdef1234567890abcdef"  # well-formed, unknown
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:

@@ -22,7 +22,7 @@ def test_buffer_is_bounded_and_keeps_the_newest_lines():
             view.add_lines((f"worker-{i % 2}", f"line {i}") for i in range(30_000))
             await pilot.pause()
             assert view.line_count == 1000 and view.row_count == 1000
-            assert view._lines[0] == ("worker-0", "line 29000")
+            assert view._lines[0] == ("worker-0", "line 29000", False)
             assert view.following and view.visible_text()[-1].endswith("line 29999")
     asyncio.run(run())
 

@@ -20,7 +20,7 @@ def test_logs_arrive_from_both_workers_and_following_stops_on_scroll(app, seeded
             await on_screen(pilot, WorkspaceDetailScreen)
             view = app.screen.query_one(LogView)
             await until(pilot, lambda: view.line_count == 28)
-            workers = {w for w, _ in view._lines}
+            workers = {w for w, *_ in view._lines}
             assert workers == {"worker-0", "worker-1"}
             with open(log1, "a") as handle:  # the workspace keeps writing
                 handle.writelines(f"[rank 1] step {s} loss 2.5\n" for s in range(1000, 1200))

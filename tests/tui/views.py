@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from textual.widgets import Select, TextArea
+from textual.widgets import Input, Select, TextArea
 
 from tests.tui import states
 from tests.tui.waiting import on_screen, until
@@ -17,10 +17,16 @@ from tui.screens.workspaces import WorkspacesScreen
 from tui.modals.confirm import ConfirmScreen
 from tui.modals.error import ErrorScreen
 from tui.widgets.log_view import LogView
+from tui.widgets.requirements_table import RequirementsTable
 
 
 def _rows(app) -> int:
-    return app.screen.query_one("DataTable").row_count
+    """Rows in the screen's table, counted once the table has measured them: DataTable sizes
+    its columns when idle, and a modal pushed before that (a loaded CI machine) froze the
+    table behind it with squeezed columns."""
+    table = app.screen.query_one("DataTable")
+    measured = not table._require_update_dimensions and not table._updated_cells
+    return table.row_count if measured else -1
 
 
 async def workspaces(pilot) -> None:
@@ -51,12 +57,30 @@ async def delete_confirm(pilot) -> None:
     await on_screen(pilot, ConfirmScreen)
 
 
+async def export_prompt(pilot) -> None:
+    from tui.modals.export_dir import ExportDirScreen
+
+    await workspaces(pilot)
+    await pilot.press("home", "down", "d")  # the local workspace that completed
+    await on_screen(pilot, ConfirmScreen)
+    await pilot.press("e")
+    await on_screen(pilot, ExportDirScreen)
+
+
 async def deploy_form(pilot) -> None:
     await workspaces(pilot)
     await pilot.press("c")
     await on_screen(pilot, DeployScreen)
     await until(pilot, lambda: pilot.app.screen.query_one("#size", Select).value == "tiny")
     await until(pilot, lambda: "Planner:" in str(pilot.app.screen.query_one("#plan").render()), 30)
+
+
+async def deploy_requirements(pilot) -> None:
+    """The deploy form refusing a malformed W&B key: the requirements table, nothing submitted."""
+    await deploy_form(pilot)
+    pilot.app.screen.query_one("#wandb", Input).value = "not-a-key"
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: pilot.app.screen.query_one(RequirementsTable).row_count == 1, 30)
 
 
 async def config_editor_error(pilot) -> None:
@@ -167,7 +191,9 @@ VIEWS = {
     "workspaces-light": workspaces_light,
     "workspace-detail": workspace_detail,
     "delete-confirm": delete_confirm,
+    "export-prompt": export_prompt,
     "deploy-form": deploy_form,
+    "deploy-requirements": deploy_requirements,
     "config-editor-error": config_editor_error,
     "nodes": nodes,
     "node-import": node_import,

@@ -54,6 +54,8 @@ def test_quick_bench_report_shape_and_sanity(quick_report, capsys):
             assert m["reach_run_steps"] in [k * report["steps"] for k in report["reach_factors"]], name
             assert report["steps"] < m["reach_step"] <= m["reach_run_steps"] and reached > 0, name
         assert m["steps"] == report["steps"], name
+    assert report["workers_per_dc"] == 1  # one worker per datacenter: flat DiLoCo, nothing on a LAN
+    assert all(m["wan_bytes_per_dc"] > 0 and m["lan_bytes"] == 0 for m in methods.values())
     assert methods["ddp"]["time_to_ddp_loss_s"] is not None  # DDP reaches its own final loss
     assert methods["ddp"]["reach_run_steps"] is None
     # the headline preset does get to DDP's loss (how much sooner is the printed figure, not a test)

@@ -11,6 +11,8 @@ from textual.widgets import (Checkbox, ContentSwitcher, Footer, Header, Input, L
                              SelectionList, Static)
 from textual.widgets.selection_list import Selection
 
+from core.bootstrap.failures import check_bundle
+from core.errors import InvalidInput
 from core.state.node_records import list_nodes
 from tui.cluster_builder import WizardRequest
 from tui.messages import BuildFinished, NodeProgress, NodesLoaded
@@ -24,6 +26,12 @@ TITLES = {"pick": "1 · pick nodes (space selects, enter continues)",
           "preflight": "3 · preflight: can every node take part?",
           "deploy": "4 · deploying (l: the selected node's log)",
           "done": "5 · done"}
+
+
+IMPORT_HINT = "[b]k[/] import the kubeconfig into ~/.kube/config   [b]esc[/] back to the start"
+NO_K3S_HINT = ("k3s did not come up, so there is no kubeconfig to import. Fix what failed above "
+               "(nodes without internet: esc, then give the air-gap bundle dir) and deploy again.   "
+               "[b]esc[/] back to the start")
 
 
 class ClusterWizardScreen(GeotrainScreen):
@@ -52,14 +60,17 @@ class ClusterWizardScreen(GeotrainScreen):
                 yield Checkbox("WireGuard mesh between the nodes (VPN)", True, id="vpn")
                 yield Label("Mesh subnet (empty: the default)")
                 yield Input(placeholder="10.90.0.0/24", id="subnet")
+                yield Checkbox("Pull the workspace image on every node (several GB each)", False,
+                               id="prepull")
+                yield Label("Air-gap bundle dir for nodes without internet (empty: download k3s)")
+                yield Input(placeholder="/path/to/k3s-bundle", id="k3s-bundle")
             yield Vertical(id="preflight")
             yield Vertical(id="deploy")
             with Vertical(id="done"):
                 yield Static("", id="build-summary", markup=False)
                 yield Label("Network matrix (latency · bandwidth between nodes)")
                 yield NetMatrix(id="matrix")
-                yield Static("[b]k[/] import the kubeconfig into ~/.kube/config   "
-                             "[b]esc[/] back to the start", classes="hint")
+                yield Static(IMPORT_HINT, id="done-hint", classes="hint")
         yield Static("", id="wizard-error", classes="field-error", markup=False)
         yield Footer()
 
@@ -100,7 +111,13 @@ class ClusterWizardScreen(GeotrainScreen):
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         allowed = {"node_log": ("preflight", "deploy", "done"), "import_kubeconfig": ("done",),
                    "next": ("pick", "options", "preflight")}
+        if action == "import_kubeconfig" and not self._k3s_up():
+            return False  # never offer a kubeconfig that k3s did not write
         return self.stage in allowed.get(action, STAGES)
+
+    def _k3s_up(self) -> bool:
+        outcome = self.outcomes.get("deploy")
+        return bool(outcome is not None and getattr(outcome, "k3s_up", True))
 
     def action_next(self) -> None:
         if self.stage == "pick":
@@ -110,11 +127,19 @@ class ClusterWizardScreen(GeotrainScreen):
             self._go("options")
             self.query_one("#cluster-name", Input).focus()
         elif self.stage == "options":
+            bundle = self.query_one("#k3s-bundle", Input).value.strip() or None
+            if bundle:
+                try:
+                    check_bundle(bundle, "air-gap bundle")
+                except InvalidInput as exc:
+                    self._error(str(exc))
+                    return
             self.request = WizardRequest(
                 name=self.query_one("#cluster-name", Input).value.strip(),
                 nodes=list(self.query_one("#pick", SelectionList).selected),
                 vpn=self.query_one("#vpn", Checkbox).value,
-                subnet=self.query_one("#subnet", Input).value.strip() or None)
+                subnet=self.query_one("#subnet", Input).value.strip() or None,
+                prepull=self.query_one("#prepull", Checkbox).value, k3s_bundle=bundle)
             self._start("preflight", ["preflight"])
         elif self.stage == "preflight":
             outcome = self.outcomes.get("preflight")
@@ -142,7 +167,7 @@ class ClusterWizardScreen(GeotrainScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="wizard", name="Cluster wizard")
     def _prepare(self, stage: str, only: list[str] | None) -> None:
         builder = self.app.cluster_builder
-        steps = only or builder.steps(self.request.vpn)
+        steps = only or builder.steps(self.request.vpn, self.request.prepull)
         self.app.call_from_thread(self._mount_table, stage, steps)
         run = builder.preflight if stage == "preflight" else builder.deploy
         outcome = run(self.request, lambda event: self.post_message(NodeProgress(event)))
@@ -175,6 +200,7 @@ class ClusterWizardScreen(GeotrainScreen):
         self.query_one("#build-summary", Static).update(
             "\n".join(outcome.lines) + ("\nCluster ready." if outcome.ok else
                                         "\nSome nodes failed: see their logs (l)."))
+        self.query_one("#done-hint", Static).update(IMPORT_HINT if self._k3s_up() else NO_K3S_HINT)
         self.query_one(NetMatrix).show(self.app.cluster_builder.net_matrix(self.request.name))
         self._go("done")
 
@@ -185,7 +211,7 @@ class ClusterWizardScreen(GeotrainScreen):
             self.app.open_node_log(node, self.app.cluster_builder.node_log(self.request.name, node))
 
     def action_import_kubeconfig(self) -> None:
-        if self.request:
+        if self.request and self._k3s_up():
             self._import_kubeconfig(self.request.name)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="kube", name="Kubeconfig import")

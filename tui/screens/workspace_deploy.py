@@ -1,5 +1,9 @@
 """The deploy form: template, cluster, model, size, preset, workers, steps, and the
-W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config."""
+W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config.
+
+Before submitting, the requirements (core.requirements) are checked; what is not met is
+shown as a table and nothing is submitted. `ctrl+s` again with the same choices deploys
+anyway (the CLI's --force), naming what it ignores."""
 
 from __future__ import annotations
 
@@ -16,10 +20,13 @@ from core.errors import GeotrainError, InvalidInput
 from core.domain.records import TEMPLATES
 from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
 from core.planner.datacenter_inputs import DEFAULT_STEPS, choose_for_cluster
+from core.requirements.check import check_before_deploy
 from core.workspaces import DEFAULTS, DeployRequest, check_token
 from tui.widgets.form_field import FormField
 from core.schema.yaml_loader import load_yaml
-from tui.messages import DeployChoices, DetailedConfig, FormProblem, PlanAdvice, WorkspaceDeployed
+from tui.messages import (DeployChoices, DetailedConfig, FormProblem, PlanAdvice, RequirementsUnmet,
+                          WorkspaceDeployed)
+from tui.widgets.requirements_table import RequirementsTable
 from tui.screens.base import GeotrainScreen
 
 
@@ -41,6 +48,7 @@ class DeployScreen(GeotrainScreen):
         self.models: dict[str, list[str]] = {}
         self.config_text: str | None = None  # set once the detailed config was edited
         self.preferred_size = DEFAULTS["size"]
+        self.unmet: RequirementsUnmet | None = None  # shown; the same choices again = go on anyway
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -64,6 +72,7 @@ class DeployScreen(GeotrainScreen):
             yield Static("", id="plan", classes="hint", markup=False)
             yield Static("", id="config-state", classes="hint")
             yield Static("", id="form-error", classes="field-error", markup=False)
+            yield RequirementsTable(id="requirements")
             with Horizontal(classes="form-buttons"):
                 yield Button("Deploy", id="deploy", variant="primary")
                 yield Button("Detailed config…", id="edit")
@@ -176,17 +185,34 @@ class DeployScreen(GeotrainScreen):
         except InvalidInput as exc:
             self._problem(str(exc))
             return
-        self._deploy(request, tokens)
+        unmet = self.unmet
+        force = unmet is not None and unmet.request == request and unmet.tokens == tokens
+        self._show_requirements(None)
+        self._deploy(request, tokens, force)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="deploy", name="Deploy")
-    def _deploy(self, request: DeployRequest, tokens: dict) -> None:
+    def _deploy(self, request: DeployRequest, tokens: dict, force: bool = False) -> None:
         service = self.app.service
         try:
             spec = service.build_spec(request)
-        except InvalidInput as exc:
+            report = None if force else check_before_deploy(service.store, spec, tokens)
+        except GeotrainError as exc:
             self.post_message(FormProblem(str(exc)))
             return
+        if report is not None and not report.ok:
+            self.post_message(RequirementsUnmet(report, request, tokens))
+            return
         self.post_message(WorkspaceDeployed(service.deploy(spec, tokens)))
+
+    @on(RequirementsUnmet)
+    def _requirements_unmet(self, message: RequirementsUnmet) -> None:
+        self._show_requirements(message)
+        self._problem(f"{message.report.summary()}. Fix them, or press ctrl+s again to deploy anyway, "
+                      f"ignoring {message.report.ignoring_briefly()}.")
+
+    def _show_requirements(self, unmet: RequirementsUnmet | None) -> None:
+        self.unmet = unmet
+        self.query_one(RequirementsTable).show(unmet.report if unmet else None)
 
     @on(FormProblem)
     def _show_problem(self, message: FormProblem) -> None:

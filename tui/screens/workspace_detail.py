@@ -10,6 +10,7 @@ from textual.containers import Horizontal
 from textual.widgets import Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
+from core.backends import wandb_runs
 from tui import formatting
 from tui.actions import ask_delete
 from tui.screens.base import GeotrainScreen
@@ -20,7 +21,7 @@ from tui.widgets.loss_chart import LossChart, human_bytes
 
 
 
-def status_text(ws, state) -> Text:
+def status_text(ws, state, wandb_line: str = "") -> Text:
     """The status block; every value in it (reasons, worker details: from logs) is literal."""
     text = Text.assemble((ws.id, "bold"), "  on ", (ws.cluster, "bold"), "\n",
                          f"{ws.spec.model} {ws.spec.size} · preset {ws.spec.preset} · "
@@ -28,6 +29,8 @@ def status_text(ws, state) -> Text:
                          formatting.status(state.status))
     if state.reason:
         text.append(f"  ({state.reason})")
+    if wandb_line:
+        text.append(f"\n{wandb_line}")
     for w in state.workers:
         text.append(f"\n  {w.name:<12} ").append_text(formatting.status(w.status)).append(f" {w.detail}")
     return text
@@ -39,6 +42,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         Binding("escape", "back", "Back"),
         Binding("f", "follow", "Follow"),
         Binding("w", "wrap", "Wrap"),
+        Binding("e", "events", "Events"),
         Binding("slash", "filter", "Filter"),
         Binding("s", "search", "Search"),
         Binding("n", "next_match", "Next match", show=False),
@@ -50,6 +54,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         self.workspace_id = workspace_id
         self.sub_title = workspace_id
         self.input_mode = "filter"
+        self.wandb_line = ""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -68,6 +73,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         if self.app.poll_seconds:
             self.set_interval(self.app.poll_seconds, self._poll)
         self.watch(self.query_one(LogView), "following", self._show_follow)
+        self.watch(self.query_one(LogView), "show_events", self._show_follow)
 
     # status ----------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="status", name="Workspace status")
@@ -75,12 +81,14 @@ class WorkspaceDetailScreen(GeotrainScreen):
         service = self.app.service
         workspace = service.get(self.workspace_id)
         state = service.refresh(workspace)
+        self.wandb_line = wandb_runs.summary(service.wandb_run(self.workspace_id), self.workspace_id,
+                                             short=True)
         self.post_message(WorkspaceStatus(workspace, state, service.metrics(self.workspace_id)))
 
     @on(WorkspaceStatus)
     def _show_status(self, message: WorkspaceStatus) -> None:
         ws, state = message.workspace, message.state
-        self.query_one("#status", Static).update(status_text(ws, state))
+        self.query_one("#status", Static).update(status_text(ws, state, self.wandb_line))
         rows = message.metrics
         self.query_one("#loss", LossChart).set_points(
             [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r])
@@ -96,10 +104,16 @@ class WorkspaceDetailScreen(GeotrainScreen):
         lines = self.app.service.logs(self.workspace_id, follow=True)
         feed(lines, view.post_message, view.gate, lambda: worker.is_cancelled)
 
-    def _show_follow(self, following: bool) -> None:
+    def _show_follow(self, _value: bool = True) -> None:
         view = self.query_one(LogView)
         view.border_title = "logs"
-        view.border_subtitle = "following the end" if following else "paused · f follows"
+        subtitle = "following the end" if view.following else "paused · f follows"
+        view.border_subtitle = subtitle if view.show_events else f"{subtitle} · events hidden"
+
+    def action_events(self) -> None:
+        """Hide or show geotrain's own event lines (joined, recovered, data ready …)."""
+        view = self.query_one(LogView)
+        view.show_events = not view.show_events
 
     def action_follow(self) -> None:
         self.query_one(LogView).follow()

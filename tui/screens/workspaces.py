@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from core.requirements.check import check_before_deploy
 from core.workspaces import DeployRequest
 from tui import formatting
 from tui.screens.table_screen import TableScreen
@@ -105,8 +106,13 @@ class WorkspacesScreen(TableScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="deploy", name="Deploy")
     def _deploy_default(self) -> None:
         service = self.app.service
-        spec = service.build_spec(DeployRequest())
-        self.post_message(WorkspaceDeployed(service.deploy(spec, env_tokens())))
+        spec, tokens = service.build_spec(DeployRequest()), env_tokens()
+        report = check_before_deploy(service.store, spec, tokens)
+        if not report.ok:  # the deploy form (c) shows the table, and can go on anyway
+            self.app.call_from_thread(self.notify, f"Not deployed: {report.summary()} ({report.ignoring_briefly()}). "
+                                      "Press c: the deploy form shows what to do.", severity="error", markup=False)
+            return
+        self.post_message(WorkspaceDeployed(service.deploy(spec, tokens)))
 
     def action_deploy_form(self) -> None:
         self.app.action_deploy_form()

@@ -3,6 +3,8 @@
 Line API (render_line) over a deque, so ingesting a batch costs O(batch) and a frame
 renders only the visible rows. Following the end is on until the user scrolls up;
 `follow()` resumes it. Filter hides lines, search highlights and jumps, wrap folds.
+geotrain's own event lines (`geotrain-event {json}`) show as one readable line each
+(core.domain.run_events), in italics, and `show_events` hides or shows them all.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from core.domain import run_events
 from tui.log_feed import BatchGate
 from tui.messages import LogBatch
 from tui.palettes import worker_colours
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _WRAP_FACTOR = 4  # rows kept per line when wrapping, to bound memory
+_EVENT_STYLE = Style(italic=True)
 
 
 def clean(text: str) -> str:
@@ -40,14 +44,15 @@ class LogView(ScrollView, can_focus=True):
 
     following: var[bool] = var(True)
     wrap: var[bool] = var(False)
+    show_events: var[bool] = var(True)
 
     def __init__(self, max_lines: int = 20_000, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.max_lines = max_lines
         self.gate = BatchGate()
         self.ended = False
-        self._lines: deque[tuple[str, str]] = deque(maxlen=max_lines)
-        self._rows: deque[tuple[str, str, bool]] = deque(maxlen=max_lines)
+        self._lines: deque[tuple[str, str, bool]] = deque(maxlen=max_lines)  # worker, text, is an event
+        self._rows: deque[tuple[str, str, bool, bool]] = deque(maxlen=max_lines)  # …, continued, event
         self._workers: dict[str, int] = {}
         self._filter = ""
         self._search = ""
@@ -72,33 +77,37 @@ class LogView(ScrollView, can_focus=True):
             if worker not in self._workers:
                 self._workers[worker] = len(self._workers)
                 self._styles.clear()
-            item = (worker, clean(text))
+            text = clean(text)
+            readable = run_events.readable(text) if run_events.EVENT_PREFIX in text else None
+            item = (worker, text, False) if readable is None else (worker, run_events.MARK + readable, True)
             self._lines.append(item)
-            if self._matches(item[1]):
+            if self._matches(item):
                 self._add_rows(item)
         if len(self._rows) != rows_before or len(self._rows) == self._rows.maxlen:
             self._resize()
 
-    def _matches(self, text: str) -> bool:
-        return not self._filter or self._filter in text.lower()
+    def _matches(self, item: tuple[str, str, bool]) -> bool:
+        if item[2] and not self.show_events:
+            return False
+        return not self._filter or self._filter in item[1].lower()
 
-    def _add_rows(self, item: tuple[str, str]) -> None:
-        worker, text = item
+    def _add_rows(self, item: tuple[str, str, bool]) -> None:
+        worker, text, event = item
         if not self.wrap:
-            self._rows.append((worker, text, False))
+            self._rows.append((worker, text, False, event))
             if len(text) > self._width:
                 self._width = len(text)
             return
         width = max(10, self.scrollable_content_region.width - self._prefix_width())
         for start in range(0, max(len(text), 1), width):
-            self._rows.append((worker, text[start:start + width], start > 0))
+            self._rows.append((worker, text[start:start + width], start > 0, event))
 
     def _rebuild(self) -> None:
         following = self.following
         self._rows = deque(maxlen=self.max_lines * (_WRAP_FACTOR if self.wrap else 1))
         self._width = 0
         for item in self._lines:
-            if self._matches(item[1]):
+            if self._matches(item):
                 self._add_rows(item)
         self._resize()
         self.following = following
@@ -145,6 +154,9 @@ class LogView(ScrollView, can_focus=True):
     def watch_wrap(self) -> None:
         self._rebuild()
 
+    def watch_show_events(self) -> None:
+        self._rebuild()
+
     def on_resize(self) -> None:
         if self.wrap:
             self._rebuild()
@@ -187,7 +199,7 @@ class LogView(ScrollView, can_focus=True):
     def visible_text(self) -> list[str]:
         """The rows on screen now, as plain text (for tests and screen readers)."""
         top = int(self.scroll_y)
-        return [f"{w} {t}" for w, t, _ in list(self._rows)[top:top + self.size.height]]
+        return [f"{w} {t}" for w, t, _, _ in list(self._rows)[top:top + self.size.height]]
 
     # rendering ---------------------------------------------------------------
     def _prefix_width(self) -> int:
@@ -212,10 +224,11 @@ class LogView(ScrollView, can_focus=True):
         base = self.rich_style
         if index >= len(self._rows):
             return Strip.blank(width, base)
-        worker, text, continued = self._rows[index]
+        worker, text, continued, event = self._rows[index]
         prefix = " " * (self._prefix_width() - 1) if continued else \
             f"{worker:>{self._prefix_width() - 3}} │"
-        segments = [Segment(prefix + " ", self._style(worker)), *self._text_segments(text, base)]
+        body = base + _EVENT_STYLE if event else base
+        segments = [Segment(prefix + " ", self._style(worker)), *self._text_segments(text, body)]
         strip = Strip(segments)
         return strip.crop_extend(scroll_x, scroll_x + width, base)
 

@@ -27,11 +27,13 @@ import yaml
 from core.state import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.backends.local.supervisor import MARKER, kill_all, workspace_processes
-from core.backends.local.run_history import read_history, read_jsonl
-from core.errors import BackendError, NotFound
+from core.backends.local.run_history import read_history, read_jsonl, read_phase
+from core.backends.export import ExportedRun, seed_checkpoints
+from core.errors import BackendError, InvalidInput, NotFound
 from core.domain.records import Status, WorkspaceSpec
 from core.domain.recipe_catalog import presets, recipe_env
 from core.domain.recovery import RecoverySettings
+from core.domain.run_events import natural_key
 
 POLL_S = 0.2
 VANISHED = "its supervisor process vanished"
@@ -58,6 +60,8 @@ class LocalBackend(Backend):
         preset = spec.config.get("gradient_compression") or spec.preset
         algorithm = presets().get(preset, {}).get("algorithm", "ddp")
         elastic = RecoverySettings.from_dict(spec.recovery).is_elastic(algorithm, spec.workers)
+        if spec.config.get("datacenters", 1) != 1:
+            elastic = False  # hierarchical DiLoCo: one torchrun group (datacenter sub-groups); a lost worker restarts it
         return "elastic" if elastic else "group"
 
     def _argv(self, spec: WorkspaceSpec, config_path: Path) -> list[str]:
@@ -80,7 +84,9 @@ class LocalBackend(Backend):
         argv = self._argv(spec, config_path)
         if self._mode(spec) == "elastic":
             argv = self._worker_argv(config_path)
-        text = (f"# local workspace {workspace_id}: {spec.workers} workers on this machine "
+        dcs = spec.config.get("datacenters", 1)
+        layout = f", {dcs} datacenters x {spec.workers // dcs}" if isinstance(dcs, int) and dcs > 1 else ""
+        text = (f"# local workspace {workspace_id}: {spec.workers} workers{layout} on this machine "
                 f"({'NCCL' if _cuda_available() else 'gloo on CPU'}, {self._mode(spec)})\n"
                 f"cd {shlex.quote(str(self.run_dir(workspace_id)))}\n{shlex.join(argv)}\n")
         return LaunchPlan(text, yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
@@ -89,7 +95,7 @@ class LocalBackend(Backend):
         """Start the supervisor. `secret_refs` maps env var -> secret-store reference."""
         run_dir = self.run_dir(workspace_id)
         (run_dir / "logs").mkdir(parents=True)
-        (run_dir / "out").mkdir()
+        (run_dir / "out").mkdir(exist_ok=True)  # restore() may have seeded it
         config_path = run_dir / "config.yaml"
         config_path.write_text(yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
         launch = {"workspace_id": workspace_id, "argv": self._argv(spec, config_path),
@@ -171,6 +177,10 @@ class LocalBackend(Backend):
             return WorkspaceState(Status.FAILED.value, self._failure_reason(run_dir, code), workers, code)
         workers = self._workers(run_dir)
         if self._supervisor_alive(run_dir):
+            phase = read_phase(run_dir)
+            if phase is not None:  # what the supervisor derived from the workers' lines
+                return WorkspaceState(phase["status"], phase.get("reason", ""),
+                                      self._phase_workers(workers, phase))
             started = any(w.status == "RUNNING" for w in workers)
             return WorkspaceState((Status.RUNNING if started else Status.PENDING).value, "", workers)
         if not (run_dir / "supervisor.pid").exists() and time.time() - run_dir.stat().st_mtime < 30:
@@ -182,6 +192,13 @@ class LocalBackend(Backend):
                       key=lambda p: int(p.stem.split("-")[1]))
         return [WorkerState(p.stem, ended or ("RUNNING" if p.stat().st_size else "PENDING"))
                 for p in logs]
+
+    @staticmethod
+    def _phase_workers(workers: list[WorkerState], phase: dict) -> list[WorkerState]:
+        known = phase.get("workers") or {}
+        names = sorted({w.name for w in workers} | set(known), key=natural_key)
+        return [WorkerState(name, *[str(v) for v in (known.get(name) or [Status.PENDING.value, ""])][:2])
+                for name in names]
 
     def _failure_reason(self, run_dir: Path, code: int) -> str:
         for name in ("launcher.log", "worker-0.log"):
@@ -232,6 +249,28 @@ class LocalBackend(Backend):
 
     def metrics(self, workspace_id: str) -> list[dict]:
         return read_jsonl(self.run_dir(workspace_id) / "out" / "metrics.jsonl")
+
+    # results kept -------------------------------------------------------------
+    def checkpoint_root(self, workspace_id: str, spec: WorkspaceSpec) -> Path:
+        chosen = (spec.recovery or {}).get("checkpoint_dir")
+        return Path(chosen) if chosen else self.run_dir(workspace_id) / "out" / "checkpoints"
+
+    def result_files(self, workspace_id: str, spec: WorkspaceSpec) -> dict[str, Path]:
+        run_dir = self.run_dir(workspace_id)
+        out = run_dir / "out"
+        return {"config.yaml": run_dir / "config.yaml", "history.jsonl": run_dir / "history.jsonl",
+                "metrics.jsonl": out / "metrics.jsonl", "result.json": out / "result.json",
+                "wandb_run.json": out / "wandb_run.json", "logs": run_dir / "logs",
+                "wandb": out / "wandb", "checkpoints": self.checkpoint_root(workspace_id, spec)}
+
+    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: ExportedRun) -> None:
+        if export.ranks != spec.workers:
+            raise InvalidInput(f"the export's checkpoint at step {export.step} has {export.ranks} "
+                               f"worker(s), the new workspace {spec.workers}",
+                               f"deploy with --workers {export.ranks}")
+        out = self.run_dir(workspace_id) / "out"
+        out.mkdir(parents=True)
+        seed_checkpoints(export, self.checkpoint_root(workspace_id, spec), out)
 
     # delete -----------------------------------------------------------------
     def delete(self, workspace_id: str) -> None:

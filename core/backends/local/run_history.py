@@ -6,6 +6,10 @@ It also reads the workers' output as it passes: progress lines (`step N/M`) tell
 each worker got, and `geotrain-event {...}` lines are the recipes' own reports (rejoined,
 resumed). From them it writes, for each failure, a `recovery` record (when, why) and,
 once the worker trains again, a `recovered` record (downtime, steps lost).
+
+The same lines give each worker's phase (core.domain.run_events): the workspace's
+current state is kept in <run dir>/phase.json for the backend's status, and each change
+of it is a `state` record in the history.
 """
 
 from __future__ import annotations
@@ -16,9 +20,22 @@ import threading
 import time
 from pathlib import Path
 
-STEP_LINE = re.compile(r"\bstep (\d+)/(\d+)\b")
-EVENT_PREFIX = "geotrain-event "
+from core.domain.records import Status
+from core.domain.run_events import EVENT_PREFIX, STEP_LINE, WorkerPhase, combine
+from core.state.atomic_files import write_atomically
+
 HISTORY_FILE = "history.jsonl"
+PHASE_FILE = "phase.json"
+
+
+def read_phase(run_dir: Path) -> dict | None:
+    """The state the supervisor last derived ({"status", "reason", "workers": {name: [status,
+    detail]}}), or None before any worker spoke (or from a supervisor older than this file)."""
+    try:
+        phase = json.loads((run_dir / PHASE_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return phase if isinstance(phase, dict) and phase.get("status") in Status.__members__ else None
 
 
 def read_history(run_dir: Path) -> list[dict]:
@@ -42,8 +59,13 @@ def read_jsonl(path: Path) -> list[dict]:
 class RunHistory:
     """Appends history records and follows worker progress (thread-safe: one pump per worker)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, workers: int = 1) -> None:
         self.path = run_dir / HISTORY_FILE
+        self.phase_path = run_dir / PHASE_FILE
+        self.expected = [f"worker-{rank}" for rank in range(workers)]
+        self.phases: dict[str, WorkerPhase] = {}
+        self.state: tuple[str, str] | None = None
+        self.phase_lock = threading.Lock()
         self.lock = threading.Lock()
         self.last_step: dict[str, int] = {}
         self.last_outer_step: dict[str, int] = {}
@@ -55,8 +77,19 @@ class RunHistory:
             fh.write(json.dumps(record) + "\n")
         return record
 
+    def starting(self) -> None:
+        """The supervisor is (re)starting the workers: PENDING until they speak (this also tells
+        the backend that states come from here, not from the mere presence of output)."""
+        with self.phase_lock:
+            self.phases.clear()
+            write_atomically(self.phase_path, json.dumps({"status": Status.PENDING.value,
+                                                          "reason": "starting the workers",
+                                                          "workers": {}, "at": time.time()}))
+            self.state = (Status.PENDING.value, "starting the workers")
+
     def worker_line(self, worker: str, text: str) -> None:
         """Called for every line a worker prints."""
+        self._follow_phase(worker, text)
         if text.startswith(EVENT_PREFIX):
             try:
                 event = json.loads(text[len(EVENT_PREFIX):])
@@ -79,6 +112,21 @@ class RunHistory:
         if opened is not None:
             self._recovered(worker, step, opened)
 
+    def _follow_phase(self, worker: str, text: str, restart: bool = False) -> None:
+        with self.phase_lock:
+            phase = self.phases.setdefault(worker, WorkerPhase())
+            if restart:
+                self.phases[worker] = WorkerPhase(detail="restarting")
+            elif not phase.feed(text):
+                return
+            status, reason = combine(self.phases, self.expected)
+            workers = {name: [p.status, p.detail] for name, p in self.phases.items()}
+            write_atomically(self.phase_path, json.dumps({"status": status, "reason": reason,
+                                                          "workers": workers, "at": time.time()}))
+            if status != (self.state or ("", ""))[0]:
+                self.add("state", status=status, reason=reason)
+            self.state = (status, reason)
+
     def failed(self, workers: list[str], cause: str, attempt: int, budget: int, scope: str,
                noticed: float | None = None) -> None:
         """A failure noticed (at `noticed`, default now): record it and wait for these workers
@@ -89,6 +137,7 @@ class RunHistory:
         now = noticed or time.time()
         for worker in workers:
             self.pending[worker] = {"failed_at": now, "last_step": steps[worker], "scope": scope}
+            self._follow_phase(worker, "", restart=True)
 
     def _recovered(self, worker: str, step: int, opened: dict) -> None:
         rejoined = opened.get("rejoined") or {}

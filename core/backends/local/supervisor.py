@@ -104,7 +104,8 @@ def run(run_dir: Path) -> int:
             env[var] = value
             values.append(value)
     write_atomically(run_dir / "supervisor.pid", str(os.getpid()))
-    history = RunHistory(run_dir)
+    history = RunHistory(run_dir, int(launch.get("workers", 1)))
+    history.starting()
 
     def stop(signum, _frame):
         kill_all(workspace_processes(launch["workspace_id"]), 10)

@@ -1,0 +1,294 @@
+"""Results kept: a workspace's checkpoints, metrics, logs and resolved config copied into a
+directory of the user's (`geotrain workspaces export ID DIR`), and a new workspace seeded
+from such a directory (`workspaces deploy --resume-from DIR`).
+
+    DIR/geotrain-export.json   what this is: workspace, spec summary, steps, files (sha256)
+    DIR/spec.yaml              the workspace spec (token references removed)
+    DIR/config.yaml            the resolved detailed config the workers ran
+    DIR/metrics.jsonl  DIR/history.jsonl  DIR/result.json  DIR/wandb_run.json
+    DIR/logs/<worker>.log      DIR/checkpoints/step_NNNNNNNN/rank_R.{pt,json}  DIR/wandb/…
+
+The export is written into a private sibling directory and renamed onto DIR in one step,
+so DIR holds a whole export or nothing. Symlinks inside a workspace directory are never
+followed (a process of the workspace could plant one pointing at ~/.ssh): they are skipped
+and named in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+
+from core.backends.base import Backend
+from core.domain.records import Workspace
+from core.errors import GeotrainError, InvalidInput
+
+MANIFEST = "geotrain-export.json"
+STEP_DIR = re.compile(r"step_(\d{8})")
+RANK_FILE = re.compile(r"rank_(\d+)\.(pt|json)")
+CHUNK = 1 << 20
+
+
+@dataclass
+class Inventory:
+    """What a workspace holds on this machine: what an export keeps and a delete loses."""
+
+    checkpoint_steps: list[int] = field(default_factory=list)
+    checkpoint_bytes: int = 0
+    log_bytes: int = 0
+    last_step: int | None = None
+    on_this_machine: bool = True
+
+    def describe(self) -> str:
+        if not self.on_this_machine:
+            return "its logs, metrics and checkpoints (in its pods and their volume)"
+        ckpt = (f"{len(self.checkpoint_steps)} checkpoint(s) ({human_bytes(self.checkpoint_bytes)},"
+                f" newest at step {self.checkpoint_steps[-1]})" if self.checkpoint_steps else "no checkpoints")
+        steps = f"{self.last_step} trained steps" if self.last_step is not None else "no logged steps"
+        return f"{ckpt}, {steps}, {human_bytes(self.log_bytes)} of logs"
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+# walking without following links ------------------------------------------------------
+def _plain_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def walk_files(root: Path, skipped: list[str], prefix: str = "") -> Iterable[tuple[str, Path]]:
+    """(relative name, path) of every regular file under `root`; links and odd files skipped."""
+    if not _plain_dir(root):
+        if os.path.lexists(root):
+            skipped.append(prefix or root.name)
+        return
+    with os.scandir(root) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            name = f"{prefix}{entry.name}"
+            if entry.is_symlink():
+                skipped.append(name)
+            elif entry.is_dir(follow_symlinks=False):
+                yield from walk_files(Path(entry.path), skipped, name + "/")
+            elif entry.is_file(follow_symlinks=False):
+                yield name, Path(entry.path)
+            else:
+                skipped.append(name)
+
+
+def copy_plain_file(src: Path, dst: Path) -> tuple[int, str] | None:
+    """Copy a regular file opened without following a link; (bytes, sha256), or None."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    digest, size = hashlib.sha256(), 0
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(dst, "xb") as out:
+            for block in iter(lambda: fh.read(CHUNK), b""):
+                out.write(block)
+                digest.update(block)
+                size += len(block)
+    return size, digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write(dst: Path, data: bytes) -> tuple[int, str]:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(data)
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+# inventory -----------------------------------------------------------------------------
+def checkpoint_steps(names: Iterable[str]) -> dict[int, set[int]]:
+    """step -> ranks with a complete-looking pair (file and manifest) among relative names."""
+    found: dict[int, dict[int, set[str]]] = {}
+    for name in names:
+        parts = name.split("/")
+        if len(parts) != 2 or not STEP_DIR.fullmatch(parts[0]) or not RANK_FILE.fullmatch(parts[1]):
+            continue
+        rank, kind = RANK_FILE.fullmatch(parts[1]).groups()
+        found.setdefault(int(parts[0][5:]), {}).setdefault(int(rank), set()).add(kind)
+    return {step: {r for r, kinds in ranks.items() if kinds == {"pt", "json"}}
+            for step, ranks in found.items()}
+
+
+def inventory(backend: Backend, ws: Workspace) -> Inventory:
+    inv = Inventory()
+    files = backend.result_files(ws.id, ws.spec)
+    if not files:  # pods: not counted here (that would mean reading every pod's volume)
+        inv.on_this_machine = False
+        return inv
+    ckpt_root = files.get("checkpoints")
+    if ckpt_root is not None:
+        listed = list(walk_files(ckpt_root, []))
+        steps = checkpoint_steps(name for name, _ in listed)
+        inv.checkpoint_steps = sorted(s for s, ranks in steps.items() if ranks)
+        inv.checkpoint_bytes = sum(p.lstat().st_size for _, p in listed)
+    if files.get("logs") is not None:
+        inv.log_bytes = sum(p.lstat().st_size for _, p in walk_files(files["logs"], []))
+    steps = [r["step"] for r in backend.metrics(ws.id) if isinstance(r.get("step"), int)]
+    inv.last_step = max(steps) if steps else (inv.checkpoint_steps[-1] if inv.checkpoint_steps else None)
+    return inv
+
+
+# export --------------------------------------------------------------------------------
+def check_destination(dest: Path) -> None:
+    """DIR is new or an empty directory; never an earlier export, never a file."""
+    if (dest / MANIFEST).exists() or (dest / MANIFEST).is_symlink():
+        raise InvalidInput(f"{dest} already holds a geotrain export", "choose a new directory")
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise InvalidInput(f"{dest} is not a directory", "choose a new directory")
+    if dest.exists() and any(dest.iterdir()):
+        raise InvalidInput(f"{dest} is not empty", "choose a new or empty directory")
+    if not dest.parent.is_dir():
+        raise InvalidInput(f"the folder {dest.parent} does not exist", "create it first or choose another")
+
+
+def export_workspace(backend: Backend, ws: Workspace, dest: Path) -> dict:
+    """Copy the workspace's results into `dest` (new or empty) at once; the manifest dict."""
+    dest = Path(dest).expanduser().absolute()
+    check_destination(dest)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        manifest = _fill(backend, ws, staging)
+        if dest.exists():
+            dest.rmdir()  # empty (checked); rename needs it gone or empty
+        os.rename(staging, dest)
+        os.chmod(dest, 0o755 & ~_umask())
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
+    files: dict[str, dict] = {}
+    skipped: list[str] = []
+    sources = backend.result_files(ws.id, ws.spec)
+    for key, src in sources.items():
+        if src.name == key and not _plain_dir(src):  # a single file (config.yaml, metrics.jsonl …)
+            if src.is_symlink():
+                skipped.append(key)
+            elif src.exists() and (copied := copy_plain_file(src, out / key)):
+                files[key] = {"bytes": copied[0], "sha256": copied[1]}
+            continue
+        for name, path in walk_files(src, skipped, key + "/"):
+            copied = copy_plain_file(path, out / name)
+            if copied:
+                files[name] = {"bytes": copied[0], "sha256": copied[1]}
+    if "logs" not in sources:  # pods: logs through the API
+        by_worker: dict[str, list[str]] = {}
+        for worker, line in backend.logs(ws.id, follow=False):
+            by_worker.setdefault(worker, []).append(line)
+        for worker, lines in by_worker.items():
+            name = f"logs/{re.sub(r'[^A-Za-z0-9_.-]', '_', worker)}.log"
+            size, digest = _write(out / name, ("\n".join(lines) + "\n").encode())
+            files[name] = {"bytes": size, "sha256": digest}
+    copied_elsewhere, not_copied = False, ""
+    if "checkpoints" not in sources:  # pods: through the exec stream, while they run
+        try:
+            from_pods = backend.copy_checkpoints(ws.id, out / "checkpoints")
+        except GeotrainError as exc:  # logs and metrics are still worth keeping; said loudly
+            from_pods, not_copied = None, str(exc)
+        if from_pods is None:
+            not_copied = not_copied or "no pod of the workspace is running (copying needs a live container)"
+        else:
+            copied_elsewhere = True
+            skipped += [f"checkpoints/{name}" for name in from_pods]
+            for name, path in walk_files(out / "checkpoints", [], "checkpoints/"):
+                files[name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    if "metrics.jsonl" not in files:
+        rows = backend.metrics(ws.id)
+        if rows:
+            size, digest = _write(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+            files["metrics.jsonl"] = {"bytes": size, "sha256": digest}
+    if "config.yaml" not in files:
+        size, digest = _write(out / "config.yaml", backend.plan(ws.id, ws.spec).config_yaml.encode())
+        files["config.yaml"] = {"bytes": size, "sha256": digest}
+    spec = ws.spec.to_dict()
+    spec.pop("tokens", None)
+    size, digest = _write(out / "spec.yaml", yaml.safe_dump(spec, sort_keys=False).encode())
+    files["spec.yaml"] = {"bytes": size, "sha256": digest}
+    steps = checkpoint_steps(n.removeprefix("checkpoints/") for n in files if n.startswith("checkpoints/"))
+    manifest = {"format": 1, "workspace": ws.id, "cluster": ws.cluster, "model": ws.spec.model,
+                "size": ws.spec.size, "preset": ws.spec.preset, "workers": ws.spec.workers,
+                "steps": ws.spec.steps, "exported_at": time.time(),
+                "checkpoint_steps": sorted(s for s, ranks in steps.items() if ranks),
+                "checkpoints_copied": "checkpoints" in sources or copied_elsewhere,
+                "checkpoints_not_copied": not_copied, "skipped": skipped, "files": files}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+# restore -------------------------------------------------------------------------------
+@dataclass
+class ExportedRun:
+    """An export directory read back for `deploy --resume-from`."""
+
+    root: Path
+    manifest: dict
+    spec_text: str
+    step: int
+    ranks: int
+
+
+def read_export(path: str | os.PathLike) -> ExportedRun:
+    root = Path(path).expanduser()
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+        spec_text = (root / "spec.yaml").read_text()
+    except (OSError, ValueError):
+        raise InvalidInput(f"{root} is not a geotrain export (no readable {MANIFEST} and spec.yaml)",
+                           "pass a directory written by `geotrain workspaces export`") from None
+    names = [n for n, _ in walk_files(root / "checkpoints", [])]
+    ranks_by_step = {s: r for s, r in checkpoint_steps(names).items() if r}
+    if not ranks_by_step:
+        raise InvalidInput(f"the export {root} holds no checkpoint",
+                           "export a workspace after it saved one (checkpoint.every)")
+    step = max(ranks_by_step)
+    return ExportedRun(root, manifest, spec_text, step, len(ranks_by_step[step]))
+
+
+def seed_checkpoints(export: ExportedRun, checkpoint_root: Path, out_dir: Path) -> None:
+    """Copy the export's newest checkpoint (every rank) and its metrics into a new run."""
+    for name, path in walk_files(export.root / "checkpoints", []):
+        if name.startswith(f"step_{export.step:08d}/"):
+            copy_plain_file(path, checkpoint_root / name)
+    metrics = export.root / "metrics.jsonl"
+    if metrics.is_file() and not metrics.is_symlink():
+        copy_plain_file(metrics, out_dir / "metrics.jsonl")

@@ -1,0 +1,106 @@
+"""W&B as users expect: one project per workspace unless the detailed config names one,
+the run's URL (online) or its folder and `wandb sync` command (offline), and the sync
+itself once a key is given later.
+
+The recipe (recipes/telemetry.py) writes `out/wandb_run.json` when its run starts:
+{"mode": "online"|"offline", "url": …, "sync_dir": …, "project": …, "id": …}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from core.errors import BackendError, InvalidInput
+
+RUN_FILE = "wandb_run.json"
+
+
+def project_for(workspace_id: str) -> str:
+    return f"geotrain-{workspace_id}"
+
+
+def assign_project(config: dict[str, Any], workspace_id: str) -> None:
+    """Give the run a project of its own when the config leaves `logging.wandb_project` null."""
+    logging = config.setdefault("logging", {})
+    if isinstance(logging, dict) and not logging.get("wandb_project"):
+        logging["wandb_project"] = project_for(workspace_id)
+
+
+def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str, Any] | None:
+    """What `workspaces show` and the app say about the run; None when W&B is off."""
+    logging = config.get("logging") or {}
+    if logging.get("wandb") is False:
+        return None
+    info: dict[str, Any] = {"project": logging.get("wandb_project"),
+                            "mode": "not started" if result_files else "in the pods"}
+    path = result_files.get(RUN_FILE)
+    if path is not None and path.is_file() and not path.is_symlink():
+        try:
+            written = json.loads(path.read_text()[:65536])
+        except (OSError, ValueError):
+            written = {}
+        if isinstance(written, dict):
+            info.update({k: str(v) for k, v in written.items()
+                         if k in ("mode", "url", "sync_dir", "project", "id") and v})
+    if info.get("mode") == "offline" and info.get("sync_dir"):
+        info["sync_command"] = shlex.join(["wandb", "sync", info["sync_dir"]])
+    return info
+
+
+def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False) -> str:
+    """One line for `workspaces show`; `short` for the app's detail (a narrow box)."""
+    if info is None:
+        return "W&B: off"
+    if info.get("url"):
+        return f"W&B: {info['url']}"
+    if info.get("mode") == "offline" and info.get("sync_dir"):
+        if short:
+            return f"W&B offline; upload: {info['sync_command']}"
+        return (f"W&B: offline run in {info['sync_dir']} (project {info.get('project')}); "
+                f"upload it with `{info['sync_command']}` or `geotrain workspaces sync {workspace_id}`")
+    project = f"project {info['project']}" if info.get("project") else "no project named"
+    if info.get("mode") == "in the pods":
+        return f"W&B: {project}; rank 0's log names the run (`geotrain workspaces logs {workspace_id}`)"
+    return f"W&B: {project}; no run recorded yet"
+
+
+def sync_argv(sync_dir: str, project: str | None) -> list[str]:
+    """The `wandb sync` call; the key is never part of it (WANDB_API_KEY in the environment)."""
+    argv = [sys.executable, "-m", "wandb", "sync"]
+    if project:
+        argv += ["--project", project]
+    return argv + ["--", sync_dir]
+
+
+def check_syncable(info: dict[str, Any] | None) -> None:
+    if info is None or info.get("mode") != "offline" or not info.get("sync_dir"):
+        raise InvalidInput("this workspace has no offline W&B run to sync",
+                           "an online run is uploaded as it trains; see `geotrain workspaces show`")
+    if not Path(info["sync_dir"]).is_dir():
+        raise InvalidInput(f"the offline run folder {info['sync_dir']} is not on this machine",
+                           "export the workspace, then run `wandb sync` on the export's wandb/ folder")
+
+
+def sync(info: dict[str, Any] | None, key: str | None,
+         run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
+    """Upload an offline run with `key`; the output of wandb (it names the run's URL)."""
+    check_syncable(info)
+    if not key:
+        raise InvalidInput("no W&B API key", "set WANDB_API_KEY, or pass --ask-key to type it (hidden)")
+    env = dict(os.environ, WANDB_API_KEY=key)
+    env.pop("WANDB_MODE", None)
+    done = run(sync_argv(info["sync_dir"], info.get("project")), env=env, capture_output=True,
+               text=True, timeout=600)
+    output = (done.stdout + done.stderr).replace(key, "***")
+    errors = [ln for ln in output.splitlines() if "ERROR" in ln]  # wandb sync exits 0 on a refused key
+    if done.returncode != 0 or errors:
+        last = (errors or [ln for ln in output.splitlines() if ln.strip()] or [f"exit code {done.returncode}"])[-1]
+        raise BackendError(f"wandb sync failed: {last.removeprefix('wandb: ').strip()[:300]}",
+                           "check the key and WANDB_BASE_URL, then run `geotrain workspaces sync` again")
+    return output

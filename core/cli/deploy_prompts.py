@@ -1,0 +1,40 @@
+"""The shell flow of `workspaces deploy` on a terminal: offer the detailed config in
+$EDITOR before submitting, and ask for the tokens not given (hidden, empty to skip).
+
+`--yes`, `--dry-run`, `--json` or no terminal (scripts, CI, pipes) ask nothing: the command
+then behaves exactly as it always did.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+
+from core.cli.prompts import _interactive
+
+TOKEN_LABELS = (("hf", "Hugging Face token"), ("wandb", "W&B API key"))
+
+
+def asks(args) -> bool:
+    return not (args.yes or args.dry_run or args.json) and _interactive()
+
+
+def wants_editor(args) -> bool:
+    """True when the config should open in $EDITOR: --edit, or yes to the question."""
+    if args.edit or not asks(args):
+        return args.edit
+    answer = input("Open the detailed config in your editor before submitting? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def ask_missing_tokens(args, tokens: dict[str, str | None]) -> dict[str, str | None]:
+    """Hidden prompts for the tokens neither flags nor environment gave (--ask-tokens too)."""
+    if not (args.ask_tokens or asks(args)):
+        return tokens
+    for name, label in TOKEN_LABELS:
+        if not tokens.get(name):
+            tokens[name] = getpass.getpass(f"{label} (hidden; empty to skip): ").strip() or None
+    if not tokens.get("wandb") and asks(args):
+        print("No W&B key: the run logs offline; upload it later with "
+              "`geotrain workspaces sync ID`.", file=sys.stderr)
+    return tokens

@@ -1,0 +1,68 @@
+"""`geotrain workspaces export|sync`: keep a workspace's results, upload its offline W&B run."""
+
+from __future__ import annotations
+
+import getpass
+import os
+
+from core.backends.export import human_bytes
+from core.backends import wandb_runs
+from core.cli.output import dump_json
+from core.cli.prompts import _interactive
+from core.workspaces import WorkspaceService, check_token
+
+
+def register(groups) -> None:
+    sub = groups["workspaces"]
+    p = sub.add_parser("export", help="copy checkpoints, metrics, logs and config into a directory")
+    p.add_argument("id", complete="workspace")
+    p.add_argument("dir", help="a new or empty directory (restore with `deploy --resume-from DIR`)")
+    p.add_argument("--json", action="store_true", help="print the export's manifest as JSON")
+    p.set_defaults(handler=cmd_export)
+    p = sub.add_parser("sync", help="upload a workspace's offline W&B run (key from WANDB_API_KEY)")
+    p.add_argument("id", complete="workspace")
+    p.add_argument("--ask-key", action="store_true", help="type the W&B API key (hidden)")
+    p.set_defaults(handler=cmd_sync)
+
+
+def cmd_export(args) -> int:
+    manifest = WorkspaceService().export(args.id, args.dir)
+    if args.json:
+        dump_json(manifest)
+        return 0
+    total = sum(f["bytes"] for f in manifest["files"].values())
+    steps = manifest["checkpoint_steps"]
+    print(f"Exported {args.id} to {args.dir}: {len(manifest['files'])} files, {human_bytes(total)}; "
+          + (f"checkpoints at steps {', '.join(map(str, steps))}." if steps else "no checkpoints."))
+    if not manifest["checkpoints_copied"]:
+        print(f"Checkpoints NOT exported: {manifest['checkpoints_not_copied']}. They stay in the "
+              "workspace's volume until it is deleted; recovery.hf_repo keeps a copy on the HF Hub.")
+    if manifest["skipped"]:
+        shown = ", ".join(manifest["skipped"][:5]) + (" …" if len(manifest["skipped"]) > 5 else "")
+        print(f"Skipped {len(manifest['skipped'])} links or other non-checkpoint files (never followed): {shown}")
+    if steps:
+        print(f"Continue it with `geotrain workspaces deploy distributed-training --resume-from {args.dir}`.")
+    return 0
+
+
+def wandb_key(service: WorkspaceService, workspace_id: str, ask: bool) -> str | None:
+    """The key from the environment, the workspace's stored token, or typed (hidden) — never argv."""
+    key = os.environ.get("WANDB_API_KEY")
+    ref = service.get(workspace_id).spec.tokens.get("wandb")
+    if not key and ref:
+        key = service.secrets.get(ref)
+    if not key and (ask or _interactive()):
+        key = getpass.getpass("W&B API key (hidden, empty to cancel): ").strip() or None
+    if key:
+        check_token("wandb", key)
+    return key
+
+
+def cmd_sync(args) -> int:
+    service = WorkspaceService()
+    info = service.wandb_run(args.id)
+    wandb_runs.check_syncable(info)
+    output = wandb_runs.sync(info, wandb_key(service, args.id, args.ask_key))
+    print(output.rstrip())
+    print(f"Synced the offline W&B run of {args.id} (project {info.get('project')}).")
+    return 0

@@ -1,0 +1,194 @@
+"""The recipes' own report lines (`geotrain-event {json}`), read in one place.
+
+Workers print an event line when something happens that a person or the app should know
+(data being prepared, waiting for peers, joined, recovered, an outer step averaged over
+fewer workers). Here they become one readable line for the log view and `workspaces
+logs`, and each worker's phase (PREPARING_DATA, RENDEZVOUS, RUNNING) for the workspace's
+status. A line that only looks like an event (bad JSON, no kind) is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from core.domain.records import Status
+
+EVENT_PREFIX = "geotrain-event "
+STEP_LINE = re.compile(r"\bstep (\d+)/(\d+)\b")
+MARK = "▸ "  # what an event's readable line starts with, in the log view and `workspaces logs`
+MAX_EVENT_CHARS = 4000  # an event is small; a longer line is not one of ours
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_PREFIX = re.compile(r"\[default\d+\]:|\[rank \d+\]")  # torchrun's --tee prefix, or ours
+
+
+def parse_event(line: str) -> dict | None:
+    """The event in a worker's line (a `[rank N] ` prefix allowed), or None."""
+    start = line.find(EVENT_PREFIX)
+    if start < 0 or len(line) - start > MAX_EVENT_CHARS:
+        return None
+    prefix = line[:start].strip()
+    if prefix and not _PREFIX.fullmatch(prefix):
+        return None
+    try:
+        event = json.loads(line[start + len(EVENT_PREFIX):])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
+        return None
+    return event
+
+
+def _n(value) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _ranks(values) -> str:
+    return ", ".join(str(v) for v in values) if isinstance(values, list) else str(values)
+
+
+def data_detail(event: dict) -> str:
+    """Where a worker's data preparation stands, e.g. `c4: 12,000 of 40,000 tokens (30%)`."""
+    source = event.get("source") or "data"
+    stage = event.get("stage")
+    if stage == "done":
+        amount = f": {_n(event['done'])} {event.get('unit', 'items')}" if "done" in event else ""
+        how = " from the cache" if event.get("cached") else ""
+        took = f" in {event['seconds']}s" if isinstance(event.get("seconds"), (int, float)) else ""
+        return f"{source}{amount}{how}{took}"
+    done, total, unit = event.get("done"), event.get("total"), event.get("unit", "items")
+    if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total > 0:
+        return f"{source}: {_n(done)} of {_n(total)} {unit} ({min(100, int(100 * done / total))}%)"
+    if isinstance(done, (int, float)):
+        return f"{source}: {_n(done)} {unit}"
+    what = event.get("what")
+    return f"{source}: {what}" if what else f"{source}: starting"
+
+
+def describe(event: dict) -> str:
+    """One short line for a person."""
+    kind = event.get("kind")
+    rank = event.get("rank")
+    who = f"rank {rank}" if rank is not None else "a worker"
+    if kind == "data":
+        stage = event.get("stage")
+        head = "data ready" if stage == "done" else "preparing data"
+        return f"{head}: {data_detail(event)}"
+    if kind == "rendezvous":
+        world = event.get("world")
+        of = f" of {world}" if world is not None else ""
+        if event.get("stage") == "joined":
+            took = f" in {event['seconds']}s" if isinstance(event.get("seconds"), (int, float)) else ""
+            return f"rendezvous done: {who}{of}{took}"
+        text = "waiting for peers" + (f": {who}{of}" if rank is not None else "")
+        missing = event.get("missing")
+        if missing:
+            ints = isinstance(missing, list) and all(isinstance(m, int) for m in missing)
+            text += f", missing {'rank ' if ints else ''}{_ranks(missing)}"
+        return text + (f" (at {event['endpoint']})" if event.get("endpoint") else "")
+    if kind in ("joined", "rejoined"):
+        text = f"{kind}: {who}"
+        if event.get("step") is not None:
+            text += f" at step {event['step']}"
+            if event.get("outer_step") is not None:
+                text += f" (outer step {event['outer_step']})"
+        if event.get("source") is not None and event.get("source") != rank:
+            text += f", state from rank {event['source']}"
+        if kind == "rejoined" and event.get("reason"):
+            text += f" ({event['reason']})"
+        return text
+    if kind == "resumed":
+        return f"recovered from step {event.get('step')}: {who} loaded its newest checkpoint"
+    if kind == "outer_step":
+        members = event.get("members") or []
+        count = len(members) if isinstance(members, list) else members
+        return (f"outer step {event.get('step')} averaged over {count} of {event.get('world')}"
+                f" (ranks {_ranks(members)})")
+    rest = ", ".join(f"{k} {v}" for k, v in event.items() if k not in ("kind", "at"))
+    return f"{kind}: {rest}" if rest else str(kind)
+
+
+def readable(line: str) -> str | None:
+    """The readable form of an event line, on one line (control characters a value decoded to
+    — newlines, escape sequences — become spaces); None when it is not a well-formed event."""
+    event = parse_event(line)
+    return _CONTROL.sub(" ", describe(event)) if event is not None else None
+
+
+# phases ------------------------------------------------------------------------
+
+@dataclass
+class WorkerPhase:
+    """What one worker is doing, followed from its output lines."""
+
+    status: str = Status.PENDING.value
+    detail: str = ""
+    step: int | None = None
+
+    def feed(self, line: str) -> bool:
+        """Take one output line; True when the phase or its detail changed."""
+        before = (self.status, self.detail)
+        event = parse_event(line)
+        if event is not None:
+            self._event(event)
+            self.detail = _CONTROL.sub(" ", self.detail)
+        elif self.status != Status.RUNNING.value or self.step is None:
+            match = STEP_LINE.search(line)
+            if match:
+                self.step = int(match.group(1))
+                self.status, self.detail = Status.RUNNING.value, ""
+        return (self.status, self.detail) != before
+
+    def _event(self, event: dict) -> None:
+        kind = event["kind"]
+        if self.status == Status.RUNNING.value and kind in ("data", "rendezvous"):
+            return  # a late report from a worker that already trains
+        if kind == "data":
+            self.status = Status.PREPARING_DATA.value
+            self.detail = ("data ready: " if event.get("stage") == "done" else "preparing ") + data_detail(event)
+        elif kind == "rendezvous":
+            self.status = Status.RENDEZVOUS.value
+            missing = event.get("missing")
+            waiting = f"waiting for {_ranks(missing)}" if missing else "waiting for peers"
+            self.detail = "joined the group" if event.get("stage") == "joined" else waiting
+        elif kind in ("joined", "rejoined"):
+            self.status, self.detail = Status.RENDEZVOUS.value, "joined, starting to train"
+
+
+def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str]) -> tuple[str, str]:
+    """The workspace's status and reason from its workers' phases (missing ones are PENDING)."""
+    got = {name: (p.status, p.detail) if isinstance(p, WorkerPhase) else p for name, p in phases.items()}
+    for name in expected:
+        got.setdefault(name, (Status.PENDING.value, "not started"))
+    by_status: dict[str, list[str]] = {}
+    for name, (status, _) in sorted(got.items(), key=lambda item: natural_key(item[0])):
+        by_status.setdefault(status, []).append(name)
+    if not got:
+        return Status.PENDING.value, ""
+
+    def listed(status: Status) -> str:
+        return "; ".join(f"{name}: {got[name][1]}" if got[name][1] else name for name in by_status[status.value])
+
+    for status in (Status.PULLING, Status.PREPARING_DATA):
+        if status.value in by_status:
+            return status.value, listed(status)
+    running = by_status.get(Status.RUNNING.value, []) + by_status.get(Status.COMPLETED.value, [])
+    behind = [name for name in got if name not in running]
+    if running and not behind:
+        return Status.RUNNING.value, ""
+    if running:
+        behind = sorted(behind, key=natural_key)
+        return Status.RUNNING.value, f"{len(running)} of {len(got)} training; not yet: {', '.join(behind)}"
+    present = by_status.get(Status.RENDEZVOUS.value, [])
+    if present:
+        missing = sorted((name for name in got if name not in present), key=natural_key)
+        if missing:
+            return Status.RENDEZVOUS.value, (f"{len(present)} of {len(got)} present, waiting for "
+                                             f"{', '.join(missing)}")
+        return Status.RENDEZVOUS.value, f"all {len(got)} present, forming the group"
+    return Status.PENDING.value, ""
+
+
+def natural_key(name: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))

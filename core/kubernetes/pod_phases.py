@@ -1,0 +1,89 @@
+"""What each pod of a workspace is doing before it trains: pulling its image (from the
+pod's container state and kubelet's events), preparing data or waiting for its peers
+(from the recipes' event lines in its log), or running. Pure functions over the API's
+JSON, so the rules are tested without a cluster.
+
+Kubelet reports an image pull as events on the pod: `Pulling` ("Pulling image "x"") when
+it starts, `Pulled` when done, `Failed`/`BackOff` when it cannot; the container meanwhile
+waits with reason ContainerCreating, then ErrImagePull / ImagePullBackOff when stuck.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Any
+
+from core.domain.records import Status
+from core.domain.run_events import WorkerPhase
+from core.kubernetes.pod_logs import container_status
+
+PULL_STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+STARTING = {"ContainerCreating", "PodInitializing"}
+POD_PHASES = {"Pending": Status.PENDING, "Running": Status.RUNNING,
+              "Succeeded": Status.COMPLETED, "Failed": Status.FAILED}
+_LIFECYCLE = {"Pulling": 0, "Pulled": 2}
+PULL_HINT = "check the image name (--image) and that the node can reach its registry"
+
+
+def events_by_pod(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The namespace's events grouped by the pod they are about, oldest first."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        target = event.get("involvedObject") or {}
+        if target.get("kind") == "Pod" and target.get("name"):
+            grouped.setdefault(target["name"], []).append(event)
+    for items in grouped.values():  # timestamps have whole seconds: in a tie, a pull ends after it starts
+        items.sort(key=lambda e: (_event_time(e), _LIFECYCLE.get(e.get("reason"), 1)))
+    return grouped
+
+
+def _event_time(event: dict[str, Any]) -> float:
+    stamp = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+    try:
+        return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, TypeError):
+        return 0.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) -> tuple[str, str] | None:
+    """(PULLING, detail) while the pod's node pulls its image or is stuck at it; else None."""
+    node = (pod.get("spec") or {}).get("nodeName") or "its node"
+    waiting = (container_status(pod).get("state") or {}).get("waiting") or {}
+    reason = waiting.get("reason") or ""
+    if reason in PULL_STUCK:
+        message = waiting.get("message") or next(
+            (e.get("message") for e in reversed(events) if e.get("reason") in ("Failed", "BackOff")), "")
+        said = f": {message}" if message else ""
+        return Status.PULLING.value, f"stuck: {reason} on {node}{said} — {PULL_HINT}"
+    if reason not in STARTING and (pod.get("status") or {}).get("phase") != "Pending":
+        return None
+    pulls = [e for e in events if e.get("reason") in ("Pulling", "Pulled")]
+    if not pulls or pulls[-1].get("reason") != "Pulling":
+        return None
+    started = _event_time(pulls[-1])
+    took = f" for {_duration(now - started)}" if started else ""
+    image = (pulls[-1].get("message") or "").removeprefix("Pulling image ").strip('"') or "the image"
+    return Status.PULLING.value, f"pulling {image} on {node}{took}"
+
+
+def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list[str] | None,
+              now: float) -> tuple[str, str]:
+    """One pod's (status, detail): PULLING, PREPARING_DATA, RENDEZVOUS, RUNNING, or its phase."""
+    pulling = pull_phase(pod, events, now)
+    if pulling is not None:
+        return pulling
+    phase = POD_PHASES.get((pod.get("status") or {}).get("phase", "Pending"), Status.PENDING)
+    if phase is not Status.RUNNING or log_lines is None:
+        return phase.value, ""
+    follow = WorkerPhase()
+    for line in log_lines:
+        follow.feed(line)
+    if follow.status == Status.PENDING.value:  # started, silent: torchrun's own rendezvous
+        return Status.RENDEZVOUS.value, "started, no training step yet"
+    return follow.status, follow.detail

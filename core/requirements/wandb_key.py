@@ -1,0 +1,69 @@
+"""A W&B API key: its format (the rule of wandb 0.31's `wbauth.validation.check_api_key`:
+a JWT, or an optional `prefix-` then 40+ letters, digits, underscores), then the server's
+answer to a `viewer` GraphQL query at WANDB_BASE_URL (default https://api.wandb.ai), with
+the key as HTTP basic auth (user `api`), as wandb's public API sends it. A server that
+cannot be reached leaves the key unchecked, not refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+
+from core.requirements.report import OK, UNKNOWN, Finding
+from core.requirements.hub_access import ALL_NODES
+
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+TIMEOUT_S = 5.0
+_JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")
+_SECRET = re.compile(r"[\w-]+")
+NEEDED = "a valid W&B API key"
+WHERE = "paste the key from wandb.ai/authorize, or none (runs stay offline)"
+
+
+def format_problem(key: str) -> str | None:
+    """What is wrong with the key's shape, or None."""
+    if not key:
+        return "empty"
+    if _JWT.fullmatch(key):
+        return None
+    secret = key.split("-", 1)[-1]
+    if not _SECRET.fullmatch(secret):
+        return "has characters other than letters, digits, _ and -"
+    if len(secret) < 40:
+        return f"{len(secret)} characters, 40+ expected"
+    return None
+
+
+def base_url() -> str:
+    return (os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def check_wandb_key(key: str) -> Finding:
+    problem = format_problem(key)
+    if problem:
+        return Finding(ALL_NODES, "W&B key", f"malformed ({problem})", NEEDED, WHERE)
+    server = base_url()
+    request = urllib.request.Request(
+        f"{server}/graphql", method="POST",
+        data=json.dumps({"query": "query Viewer { viewer { id username } }"}).encode(),
+        headers={"Content-Type": "application/json",
+                 "Authorization": "Basic " + base64.b64encode(f"api:{key}".encode()).decode()})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            answer = json.loads(response.read(65536) or b"{}")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return Finding(ALL_NODES, "W&B key", f"refused by {server} (HTTP {exc.code})", NEEDED, WHERE)
+        return Finding(ALL_NODES, "W&B key", f"{server} answered HTTP {exc.code}; format is right",
+                       NEEDED, "try again later", UNKNOWN)
+    except (OSError, ValueError) as exc:
+        return Finding(ALL_NODES, "W&B key", f"could not ask {server} ({type(exc).__name__}); format is right",
+                       NEEDED, "check the network if the runs should log online", UNKNOWN)
+    viewer = (answer.get("data") or {}).get("viewer") if isinstance(answer, dict) else None
+    if not viewer:
+        return Finding(ALL_NODES, "W&B key", f"{server} knows no user for it", NEEDED, WHERE)
+    return Finding(ALL_NODES, "W&B key", f"accepted by {server}", NEEDED, verdict=OK)

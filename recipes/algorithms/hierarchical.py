@@ -1,0 +1,202 @@
+"""Hierarchical DiLoCo: data parallel inside a datacenter, DiLoCo's outer exchange between datacenters.
+
+Inside a datacenter the workers are one replica: gradients are all-reduced every
+step over its LAN group (the DDP bucket code on a sub-group), so they hold identical
+weights and the datacenter trains like one big worker. Every H steps the
+pseudo-gradient (identical on the datacenter's workers) is cut into M shards, one per
+worker of the datacenter; worker j averages shard j with worker j of every other
+datacenter (its WAN group), so a datacenter's traffic spreads over all its workers'
+links. That average is a *quantised reduce-scatter then all-gather*:
+
+    1. shard j is cut into K pieces; piece i is encoded (with error feedback) and sent to
+       datacenter i  (all-to-all: (K-1)/K of a shard's payload leaves each worker);
+    2. datacenter i decodes the K copies of its piece, sums them in fp32, divides by K
+       and re-encodes the mean with its own error feedback;
+    3. the K encoded means are all-gathered ((K-1)/K again).
+
+So one datacenter sends 2(K-1)/K of one payload per outer step whatever M is, instead
+of (K-1) payloads for an all-gather. Last, the datacenter's workers all-gather their
+averaged shards over the LAN. `bytes_sent` of the trainer's wire counts what crosses
+the WAN; the LAN wire counts what stays inside datacenters.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from recipes.algorithms.ddp import DDP
+from recipes.algorithms.diloco import DiLoCo
+from recipes.algorithms.exchange import Pending
+from recipes.compression import BlockCodec, ErrorFeedback
+from recipes.distributed import Wire
+from recipes.topology import Topology, layout
+
+
+class GroupWire(Wire):
+    """A byte-counted Wire on one process group (a datacenter's LAN, or a WAN stripe)."""
+
+    def __init__(self, size: int, group, me: int) -> None:
+        self.world_size, self.group, self.me = size, group, me
+        self.bytes_sent = 0
+        self.streams = None  # striping is for the flat exchange; sub-groups use one connection each
+
+    def all_reduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return tensor
+        n = self.world_size
+        self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
+        dist.all_reduce(tensor, group=self.group)
+        return tensor.div_(n)
+
+    def exchange(self, send: list[torch.Tensor], recv_numel: list[int]) -> list[torch.Tensor]:
+        """Member i gets send[i] (an all-to-all with uneven parts); returns what each member sent
+        here. Bytes counted: every part but the one this member keeps."""
+        if self.world_size == 1:
+            return [send[0]]
+        self.bytes_sent += sum(t.numel() * t.element_size() for i, t in enumerate(send) if i != self.me)
+        flat = torch.cat([t.contiguous().view(-1) for t in send])
+        out = flat.new_empty(sum(recv_numel))
+        dist.all_to_all_single(out, flat, output_split_sizes=list(recv_numel),
+                               input_split_sizes=[t.numel() for t in send], group=self.group)
+        return list(out.split(list(recv_numel)))
+
+
+class RawCodec:
+    """fp32 / bf16 as a 'codec', so full precision takes the same reduce-scatter/all-gather path."""
+
+    def __init__(self, bits: int) -> None:
+        self.dtype = torch.float32 if bits == 32 else torch.bfloat16
+        self.size = 4 if bits == 32 else 2
+
+    def payload_bytes(self, numel: int) -> int:
+        return numel * self.size
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach().to(self.dtype).contiguous().view(torch.uint8)
+
+    def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
+        return payload.view(self.dtype).float()
+
+
+def cut(numel: int, parts: int, align: int) -> list[tuple[int, int]]:
+    """`parts` contiguous ranges covering numel, cut on multiples of `align` (block scales stay whole)."""
+    blocks = math.ceil(numel / align)
+    edges = [min(numel, align * (blocks * p // parts)) for p in range(parts + 1)]
+    return list(zip(edges, edges[1:]))
+
+
+class QuantizedAllReduce:
+    """Mean over a WAN group by quantised reduce-scatter + all-gather, error feedback at both stages.
+
+    `residual` is what this member's encodes of its input dropped (stage 1); `reduce_residual`
+    what its re-encodes of the reduced piece it owns dropped (stage 2). For every round:
+    sent + residual_after == input + residual_before (to fp32 rounding), at each stage.
+    """
+
+    def __init__(self, numel: int, bits: int, block: int, wire: GroupWire, error_feedback: bool = True) -> None:
+        self.numel, self.wire = numel, wire
+        self.quantised = bits not in (32, 16)
+        self.codec = BlockCodec(bits, block) if self.quantised else RawCodec(bits)
+        self.pieces = cut(numel, wire.world_size, block if self.quantised else 1)
+        mine = self.pieces[wire.me]
+        feedback = error_feedback and self.quantised
+        self.feedback = ErrorFeedback(numel, enabled=feedback)
+        self.reduce_feedback = ErrorFeedback(mine[1] - mine[0], enabled=feedback)
+
+    def payload_bytes(self) -> int:
+        """One full payload of this vector (the unit the WAN targets are stated in)."""
+        return sum(self.codec.payload_bytes(b - a) for a, b in self.pieces)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.detach().float().flatten()
+        for fb in (self.feedback, self.reduce_feedback):
+            if fb.residual is not None:
+                fb.residual = fb.residual.to(x.device)
+        target = x + self.feedback.residual if self.feedback.enabled else x
+        payloads, decoded = [], []
+        for a, b in self.pieces:
+            payload = self.codec.encode(target[a:b])
+            payloads.append(payload)
+            decoded.append(self.codec.decode(payload, b - a))
+        if self.feedback.enabled:
+            self.feedback.residual = target - torch.cat(decoded)
+        a, b = self.pieces[self.wire.me]
+        received = self.wire.exchange(payloads, [payloads[self.wire.me].numel()] * self.wire.world_size)
+        mean = torch.stack([self.codec.decode(p, b - a) for p in received]).sum(dim=0) / self.wire.world_size
+        reduced, _ = (self.reduce_feedback.compress(mean, self.codec) if self.quantised
+                      else (self.codec.encode(mean), None))
+        sizes = [self.codec.payload_bytes(hi - lo) for lo, hi in self.pieces]
+        gathered = self.wire.exchange([reduced] * self.wire.world_size, sizes)
+        return torch.cat([self.codec.decode(p, hi - lo) for p, (lo, hi) in zip(gathered, self.pieces)])
+
+    def state_dict(self) -> dict:
+        return {"residual": self.feedback.residual, "reduce_residual": self.reduce_feedback.residual}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.feedback.residual, self.reduce_feedback.residual = state["residual"], state["reduce_residual"]
+
+
+class HierarchicalExchange:
+    """DiLoCo's exchange between datacenters: this worker's shard over its WAN group, then the
+    datacenter's shards gathered over the LAN. Synchronous (one outer step lands before the next)."""
+
+    def __init__(self, numel: int, bits: int, block: int, lan: GroupWire, wan: GroupWire,
+                 error_feedback: bool = True) -> None:
+        self.numel, self.lan, self.wire = numel, lan, wan
+        align = block if bits not in (32, 16) else 1
+        self.shards = cut(numel, lan.world_size, align)
+        a, b = self.shards[lan.me]
+        self.reduce = QuantizedAllReduce(b - a, bits, block, wan, error_feedback)
+
+    def start(self, delta: torch.Tensor, async_op: bool = False) -> Pending:
+        a, b = self.shards[self.lan.me]
+        shard = self.reduce(delta[a:b])
+        parts = self.lan.exchange([shard] * self.lan.world_size, [hi - lo for lo, hi in self.shards])
+        return Pending(sent=delta, gathered=[torch.cat(parts)])
+
+    def reissue(self, sent: torch.Tensor, async_op: bool = False) -> Pending:
+        return self.start(sent, async_op)
+
+    def finish(self, pending: Pending) -> torch.Tensor:
+        return pending.gathered[0]
+
+    def state_dict(self) -> dict:
+        return self.reduce.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reduce.load_state_dict(state)
+
+
+class HierarchicalDiLoCo(DiLoCo):
+    """DiLoCo whose replicas are datacenters: inner gradients are all-reduced over the LAN group."""
+
+    name = "diloco-hierarchical"
+
+    def __init__(self, model: torch.nn.Module, exchange: HierarchicalExchange, **kwargs) -> None:
+        kwargs["overlap"] = False  # the exchange is synchronous; a delayed one would need its own state
+        super().__init__(model, exchange, **kwargs)
+        self.lan = DDP(model, exchange.lan)
+
+    def after_backward(self) -> None:
+        self.lan.after_backward()
+
+
+def groups(topology: Topology) -> tuple[GroupWire, GroupWire]:
+    """(LAN wire, WAN wire) of this rank; a collective: every rank calls it, in the same order."""
+    me = (topology.index, topology.rank)
+    places: list = [None] * dist.get_world_size()
+    dist.all_gather_object(places, me)
+    lan_ranks, wan_ranks = layout([tuple(p) for p in places], topology.count, topology.size)
+    lan = wan = None
+    for ranks in lan_ranks:  # new_group is collective: all ranks create all groups
+        group = dist.new_group(ranks)
+        if ranks == lan_ranks[topology.index]:
+            lan = GroupWire(len(ranks), group, topology.rank)
+    for ranks in wan_ranks:
+        group = dist.new_group(ranks)
+        if ranks == wan_ranks[topology.rank]:
+            wan = GroupWire(len(ranks), group, topology.index)
+    return lan, wan

@@ -1,0 +1,125 @@
+"""The recipes' event lines read as one short line each, and give each worker's phase.
+
+Every event kind the recipes emit (found by reading recipes/ for `emit("kind"`) must have a
+sample here with its own wording: a new kind without one fails the first test."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from core.domain import run_events
+from core.domain.run_events import WorkerPhase, combine
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+EMIT = re.compile(r'emit\(\s*"(\w+)"(?:\s+if\s[^,]*?\selse\s"(\w+)")?')
+
+SAMPLES = {
+    "data": [({"stage": "start", "source": "c4", "unit": "tokens", "total": None, "rank": 0},
+              "preparing data: c4: starting"),
+             ({"stage": "progress", "source": "c4", "unit": "tokens", "done": 12000, "total": 40000},
+              "preparing data: c4: 12,000 of 40,000 tokens (30%)"),
+             ({"stage": "done", "source": "c4", "unit": "tokens", "done": 40000, "seconds": 3.2},
+              "data ready: c4: 40,000 tokens in 3.2s"),
+             ({"stage": "done", "source": "c4", "unit": "tokens", "done": 40000, "cached": True,
+               "seconds": 0.01}, "data ready: c4: 40,000 tokens from the cache in 0.01s"),
+             ({"stage": "done", "source": "markov", "unit": "items", "cached": False, "seconds": 0.0},
+              "data ready: markov in 0.0s")],
+    "rendezvous": [({"stage": "waiting", "rank": 0, "world": 3}, "waiting for peers: rank 0 of 3"),
+                   ({"stage": "waiting", "rank": 0, "world": 3, "missing": [1, 2]},
+                    "waiting for peers: rank 0 of 3, missing rank 1, 2"),
+                   ({"stage": "waiting", "missing": ["master"], "endpoint": "gt-ws-master-0.gt-ws:29400"},
+                    "waiting for peers, missing master (at gt-ws-master-0.gt-ws:29400)"),
+                   ({"stage": "joined", "rank": 1, "world": 3, "seconds": 0.4},
+                    "rendezvous done: rank 1 of 3 in 0.4s")],
+    "joined": [({"rank": 2, "reason": "start", "step": 0, "outer_step": 0, "source": 0, "members": [0, 1, 2]},
+                "joined: rank 2 at step 0 (outer step 0), state from rank 0")],
+    "rejoined": [({"rank": 1, "reason": "late for an outer step", "step": 64, "outer_step": 2, "source": 0},
+                  "rejoined: rank 1 at step 64 (outer step 2), state from rank 0 (late for an outer step)")],
+    "resumed": [({"rank": 1, "step": 40}, "recovered from step 40: rank 1 loaded its newest checkpoint")],
+    "outer_step": [({"rank": 0, "step": 3, "members": [0, 2], "world": 3},
+                    "outer step 3 averaged over 2 of 3 (ranks 0, 2)")],
+}
+
+
+def emitted_kinds() -> set[str]:
+    kinds = set()
+    for path in RECIPES.rglob("*.py"):
+        for match in EMIT.finditer(path.read_text()):
+            kinds.update(k for k in match.groups() if k)
+    return kinds
+
+
+def line(kind: str, **detail) -> str:
+    return run_events.EVENT_PREFIX + json.dumps({"kind": kind, "at": 1.0, **detail})
+
+
+def test_every_kind_the_recipes_emit_has_its_own_wording():
+    kinds = emitted_kinds()
+    assert {"data", "rendezvous", "joined", "rejoined", "resumed", "outer_step"} <= kinds
+    assert kinds == set(SAMPLES), "add a sample (and wording in core.domain.run_events) for a new kind"
+    for kind, samples in SAMPLES.items():
+        for detail, expected in samples:
+            assert run_events.readable(line(kind, **detail)) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "geotrain-event {\"kind\": \"joined\", ",  # cut short
+    "geotrain-event [1, 2]",  # not an object
+    "geotrain-event {\"rank\": 1}",  # no kind
+    "geotrain-event {\"kind\": 7}",
+    "somebody said geotrain-event {\"kind\": \"joined\"}",  # not at the start of the line
+    "geotrain-event " + "[" * 5000,  # too deep / too long to be ours
+    "[rank 0] step 10/20 loss 3.14",
+])
+def test_lines_that_are_not_well_formed_events_stay_as_they_are(text):
+    assert run_events.readable(text) is None
+
+
+def test_prefixed_events_and_unknown_kinds_still_read():
+    assert run_events.readable("[default1]:" + line("resumed", rank=1, step=8)) == \
+        "recovered from step 8: rank 1 loaded its newest checkpoint"
+    assert run_events.readable(line("checkpoint_uploaded", step=100, repo="[bold]x[/]")) == \
+        "checkpoint_uploaded: step 100, repo [bold]x[/]"  # plain text: the views never parse markup
+    assert run_events.readable(line("resumed", rank="1\n\x1b[31mfake line", step=2)) == \
+        "recovered from step 2: rank 1  [31mfake line loaded its newest checkpoint"  # one line, no escapes
+
+
+def test_a_worker_goes_through_data_rendezvous_running_and_ignores_late_reports():
+    worker = WorkerPhase()
+    assert worker.status == "PENDING"
+    assert worker.feed(line("data", stage="start", source="c4", unit="tokens"))
+    assert (worker.status, worker.detail) == ("PREPARING_DATA", "preparing c4: starting")
+    assert worker.feed(line("data", stage="done", source="c4", unit="tokens", done=10, seconds=1))
+    assert worker.detail == "data ready: c4: 10 tokens in 1s"
+    assert worker.feed(line("rendezvous", stage="waiting", rank=0, world=2))
+    assert (worker.status, worker.detail) == ("RENDEZVOUS", "waiting for peers")
+    assert not worker.feed("[rank 0] gpt-neo/tiny 132,480 params")
+    assert worker.feed("[rank 0] step 5/20 loss 5.3")
+    assert worker.status == "RUNNING" and worker.step == 5
+    assert not worker.feed(line("rendezvous", stage="waiting", rank=0, world=2))  # a rejoin while training
+    assert worker.status == "RUNNING"
+    odd = WorkerPhase()
+    odd.feed(line("data", stage="start", source="c4\nstep 9/9"))
+    assert odd.detail == "preparing c4 step 9/9: starting" and odd.status == "PREPARING_DATA"
+    pod = WorkerPhase()  # a pod's wait for its master, before torchrun starts
+    assert pod.feed(line("rendezvous", stage="waiting", missing=["master"], endpoint="m:29400"))
+    assert (pod.status, pod.detail) == ("RENDEZVOUS", "waiting for master")
+
+
+def test_the_workspace_state_names_who_holds_it_up():
+    data = ("PREPARING_DATA", "preparing c4: 30%")
+    assert combine({"worker-0": data}, ["worker-0", "worker-1"]) == ("PREPARING_DATA", "worker-0: preparing c4: 30%")
+    waiting = ("RENDEZVOUS", "waiting for peers")
+    assert combine({"worker-0": waiting, "worker-2": waiting}, ["worker-0", "worker-1", "worker-2"]) == \
+        ("RENDEZVOUS", "2 of 3 present, waiting for worker-1")
+    assert combine({"worker-1": ("PULLING", "pulling img on gpu-a"), "worker-0": waiting}, ["worker-0", "worker-1"]) \
+        == ("PULLING", "worker-1: pulling img on gpu-a")
+    running = ("RUNNING", "")
+    assert combine({"worker-0": running, "worker-10": running, "worker-2": waiting},
+                   ["worker-0", "worker-2", "worker-10"]) == ("RUNNING", "2 of 3 training; not yet: worker-2")
+    assert combine({"worker-0": running, "worker-1": running}, ["worker-0", "worker-1"]) == ("RUNNING", "")
+    assert combine({}, ["worker-0"]) == ("PENDING", "")

@@ -1,0 +1,149 @@
+"""W&B as users expect: a project per workspace, the run's whereabouts in `workspaces show`,
+and `workspaces sync ID` uploading an offline run with a key from the environment.
+
+The offline run is a real one (recipes.telemetry with wandb in offline mode); the sync runs
+the real `wandb sync` against a local HTTP stand-in for the W&B server (WANDB_BASE_URL) that
+records what it was sent and refuses the key: a successful upload (W&B's GraphQL and file
+store) is not stood in for, so the success path is covered only by the argv/env check."""
+
+import base64
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from core.backends import wandb_runs
+from core.domain.records import WorkspaceSpec
+from core.errors import BackendError, InvalidInput
+from core.schema.training_config import config_errors
+from core.state.store import Store
+from core.workspaces import DeployRequest, WorkspaceService
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "0123456789abcdef0123456789abcdef01234567"
+WS_ID = "gpt-neo-abc123"
+
+
+def test_each_workspace_gets_its_own_project_unless_the_config_names_one(geotrain_home):
+    service = WorkspaceService()
+    spec = service.build_spec(DeployRequest(steps=5))
+    assert spec.config["logging"]["wandb_project"] is None
+    workspace_id, plan = service.plan(spec)
+    assert f"wandb_project: geotrain-{workspace_id}" in plan.config_yaml
+    named = service.build_spec(DeployRequest(steps=5, sets=("logging.wandb_project=team-runs",)))
+    _, plan = service.plan(named)
+    assert "wandb_project: team-runs" in plan.config_yaml
+    assert config_errors({**named.config, "logging": {**named.config["logging"], "wandb_project": None}}) == []
+
+
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory):
+    """A real offline W&B run written by the recipe's telemetry (rank 0)."""
+    out = tmp_path_factory.mktemp("ws") / "out"
+    code = ("import sys; from pathlib import Path; from recipes.telemetry import Telemetry\n"
+            "t = Telemetry(rank=0, out_dir=Path(sys.argv[1]), config={'steps': 2}, wandb_on=True,"
+            f" project='geotrain-{WS_ID}', entity=None, run_name='r')\n"
+            "t.log({'step': 1, 'loss': 2.5}); t.close()\n")
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=dict(env, WANDB_MODE="offline"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "upload it later with: wandb sync " in done.stdout
+    return out
+
+
+def _seed_workspace(home: Path, out: Path) -> None:
+    run_dir = home / "workspaces" / WS_ID
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "out").symlink_to(out)  # the real run's files, made once for the module
+    (run_dir / "exit_code").write_text("0")
+    spec = WorkspaceSpec(cluster="local", model="gpt-neo", size="tiny", preset="medium", workers=1, steps=2,
+                         config={"logging": {"wandb": True, "wandb_project": f"geotrain-{WS_ID}"}})
+    with Store().write() as conn:
+        conn.execute("INSERT INTO workspaces(id, cluster, spec, status, run_dir, created_at, updated_at)"
+                     " VALUES (?,?,?,?,?,?,?)", (WS_ID, "local", json.dumps(spec.to_dict()), "COMPLETED",
+                                                 str(run_dir), 1.0, 1.0))
+
+
+def test_show_names_the_offline_run_and_the_exact_sync_command(offline_run, geotrain_home):
+    _seed_workspace(geotrain_home, offline_run)
+    info = WorkspaceService().wandb_run(WS_ID)
+    assert info["mode"] == "offline" and info["project"] == f"geotrain-{WS_ID}"
+    sync_dir = Path(info["sync_dir"])
+    assert sync_dir.parent == offline_run / "wandb" and list(sync_dir.glob("run-*.wandb"))
+    assert info["sync_command"] == f"wandb sync {sync_dir}"
+    out = subprocess.run([sys.executable, "-m", "core.cli", "workspaces", "show", WS_ID], cwd=ROOT,
+                         env=dict(os.environ), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"`wandb sync {sync_dir}`" in out.stdout and f"`geotrain workspaces sync {WS_ID}`" in out.stdout
+
+
+class _WandbStandIn(http.server.BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.seen.append((self.path, self.headers.get("Authorization"), body))
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"errors": [{"message": "invalid api key"}]}')
+
+    do_GET = do_POST
+
+    def log_message(self, *args):
+        pass
+
+
+def test_sync_hands_the_key_to_wandb_through_the_environment(offline_run, geotrain_home):
+    _seed_workspace(geotrain_home, offline_run)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WandbStandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = dict(os.environ, WANDB_API_KEY=KEY, WANDB_BASE_URL=f"http://127.0.0.1:{server.server_port}")
+        out = subprocess.run([sys.executable, "-m", "core.cli", "workspaces", "sync", WS_ID], cwd=ROOT,
+                             env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "wandb sync failed" in out.stderr and "401" in out.stderr and KEY not in out.stdout + out.stderr
+    graphql = [s for s in _WandbStandIn.seen if s[0] == "/graphql"]
+    assert graphql, _WandbStandIn.seen
+    assert graphql[0][1] == "Basic " + base64.b64encode(f"api:{KEY}".encode()).decode()  # the key reached W&B
+    assert info_id(offline_run).encode() in graphql[0][2]  # asking about this run of this project
+    assert f"geotrain-{WS_ID}".encode() in graphql[0][2]
+
+
+def info_id(out: Path) -> str:
+    return json.loads((out / "wandb_run.json").read_text())["id"]
+
+
+def test_sync_command_never_carries_the_key_in_argv(offline_run):
+    """A recording stand-in for subprocess.run (the real call is the test above)."""
+    calls = []
+
+    def record(argv, **kwargs):
+        calls.append((argv, kwargs["env"]))
+        return subprocess.CompletedProcess(argv, 0, "wandb: Syncing... done.\n", "")
+
+    info = wandb_runs.describe({"wandb_run.json": offline_run / "wandb_run.json"},
+                               {"logging": {"wandb_project": "p"}})
+    wandb_runs.sync(info, KEY, run=record)
+    [(argv, env)] = calls
+    assert argv[-2:] == ["--", info["sync_dir"]] and "--project" in argv and KEY not in " ".join(argv)
+    assert env["WANDB_API_KEY"] == KEY and "WANDB_MODE" not in env
+    with pytest.raises(InvalidInput, match="no W&B API key"):
+        wandb_runs.sync(info, None, run=record)
+    with pytest.raises(InvalidInput, match="no offline W&B run"):
+        wandb_runs.sync({"mode": "online", "url": "https://wandb.ai/x"}, KEY, run=record)
+
+    def refused(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 0, "", f"wandb: ERROR key {KEY} refused\n")
+    with pytest.raises(BackendError) as caught:
+        wandb_runs.sync(info, KEY, run=refused)
+    assert KEY not in str(caught.value) and "***" in str(caught.value)

@@ -1,0 +1,104 @@
+"""`workspaces export` of a Kubernetes workspace against the stand-in API server: pod logs
+and metrics through the API (the real `kubernetes` client over HTTP), the resolved config
+from the job's ConfigMap rendering. Checkpoints stay in the pods' volume: copying them out
+needs pod exec (a websocket), which the stand-in cannot serve (see the report of issue 16)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+
+from core.domain.records import WorkspaceSpec
+from core.kubernetes import pod_files
+from core.workspaces import WorkspaceService
+from tests.kubernetes.conftest import run
+
+
+def _deploy(fake, kubeconfig, capsys):
+    code, _, err = run(capsys, "clusters", "add-kubernetes", "mycluster", "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    spec = WorkspaceSpec(cluster="mycluster", model="gpt-neo", size="tiny", preset="medium", workers=2,
+                         steps=20, config={"model": "gpt-neo", "size": "tiny",
+                                           "gradient_compression": "medium", "steps": 20})
+    ws = WorkspaceService().deploy(spec, {"wandb": "wandb-export-token-1234567", "hf": None})
+    job = f"gt-{ws.id}"
+    master, worker = fake.add_pod(job, "master", 0), fake.add_pod(job, "worker", 0)
+    fake.set_job_phase(job, "Running")
+    return ws, master, worker
+
+
+def test_export_of_a_pod_workspace_keeps_logs_metrics_and_config(fake, kubeconfig, capsys, tmp_path):
+    ws, master, worker = _deploy(fake, kubeconfig, capsys)
+    fake.write_log(master, b"[rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent 0.125MB 12.5ms/step\n")
+    fake.write_log(worker, b"[rank 1] up [red]not markup[/]\n")
+
+    dest = tmp_path / "exported"
+    code, out, err = run(capsys, "workspaces", "export", ws.id, str(dest))
+    assert code == 0, err
+    assert "Checkpoints NOT exported: copying checkpoints out of pod" in out, out
+    manifest = json.loads((dest / "geotrain-export.json").read_text())
+    assert manifest["checkpoints_copied"] is False and manifest["cluster"] == "mycluster"
+    assert (dest / "logs" / "master-0.log").read_text() == (
+        "[rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent 0.125MB 12.5ms/step\n")
+    assert (dest / "logs" / "worker-0.log").read_text() == "[rank 1] up [red]not markup[/]\n"
+    assert [json.loads(line)["loss"] for line in (dest / "metrics.jsonl").read_text().splitlines()] == [3.1416]
+    config = (dest / "config.yaml").read_text()
+    assert f"wandb_project: geotrain-{ws.id}" in config  # the project this workspace logs to
+    assert "wandb-export-token" not in "".join(p.read_text() for p in dest.rglob("*") if p.is_file())
+    code, _, err = run(capsys, "workspaces", "export", ws.id, str(dest))
+    assert code == 2 and "already holds a geotrain export" in err
+
+
+def _tar(members: list[tuple[str, bytes | str | None, bytes]]) -> bytes:
+    """A tar as `tar cf - -C /checkpoints .` would write it, hostile members included."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            if kind == "link":
+                info.type, info.linkname = tarfile.SYMTYPE, data.decode()
+                tar.addfile(info)
+            elif kind == "dev":
+                info.type = tarfile.CHRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_checkpoints_of_running_pods_are_merged_and_hostile_members_skipped(fake, kubeconfig, capsys,
+                                                                             tmp_path, monkeypatch):
+    """Pods and the API are the stand-in's; the exec websocket is a recording test double."""
+    ws, master, worker = _deploy(fake, kubeconfig, capsys)
+    archives = {
+        master: _tar([("./step_00000010/rank_0.pt", None, b"weights-0"),
+                      ("./step_00000010/rank_0.json", None, b"{}"),
+                      ("./step_00000010/rank_9.pt", "link", b"/etc/passwd"),
+                      ("./../escape.pt", None, b"x"), ("/abs/step_00000010/rank_3.pt", None, b"x")]),
+        worker: _tar([("./step_00000010/rank_1.pt", None, b"weights-1"),
+                      ("./step_00000010/rank_1.json", None, b"{}"), ("./step_00000010/rank_0.pt", None, b"other"),
+                      ("./dev", "dev", b""), ("./notes.txt", None, b"hi")])}
+    calls = []
+
+    def exec_stream(method, pod, namespace, **kwargs):
+        calls.append((pod, namespace, kwargs["container"], kwargs["command"], kwargs["stdin"], kwargs["tty"]))
+        return base64.encodebytes(archives[pod]).decode()  # wrapped lines, as `base64` prints
+
+    monkeypatch.setattr(pod_files, "stream", exec_stream)
+    dest = tmp_path / "exported"
+    code, out, err = run(capsys, "workspaces", "export", ws.id, str(dest))
+    assert code == 0, err
+    assert sorted(c[0] for c in calls) == sorted([master, worker])
+    assert all(c[1:] == ("default", "trainer", pod_files.TAR_COMMAND, False, False) for c in calls)
+    manifest = json.loads((dest / "geotrain-export.json").read_text())
+    assert manifest["checkpoints_copied"] and manifest["checkpoint_steps"] == [10]
+    ckpt = dest / "checkpoints" / "step_00000010"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["rank_0.json", "rank_0.pt", "rank_1.json", "rank_1.pt"]
+    assert (ckpt / "rank_0.pt").read_bytes() == b"weights-0" and (ckpt / "rank_1.pt").read_bytes() == b"weights-1"
+    assert {"checkpoints/step_00000010/rank_9.pt", "checkpoints/../escape.pt", "checkpoints/dev",
+            "checkpoints/notes.txt"} <= set(manifest["skipped"])
+    assert not (tmp_path / "escape.pt").exists() and not list(dest.rglob("*.txt"))
+    assert "Skipped" in out and "Continue it with" in out

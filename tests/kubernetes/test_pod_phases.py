@@ -1,0 +1,92 @@
+"""PULLING / PREPARING_DATA / RENDEZVOUS / RUNNING of a Kubernetes workspace, derived from
+pod states, kubelet's events and the recipes' event lines, through the real `kubernetes`
+client against FakeKubeAPI (a stand-in for an API server, which cannot run here)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from core.backends.kubernetes import KubernetesBackend
+from core.domain.records import Cluster
+from tests.kubernetes.conftest import make_spec, write_kubeconfig
+
+IMAGE = "docker.io/pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
+CPU_NODES = [{"vendor": "cpu", "gpus": 0, "nodes": ["n1", "n2"]}]
+
+
+def event_line(kind: str, **detail) -> bytes:
+    return ("geotrain-event " + json.dumps({"kind": kind, "at": time.time(), **detail}) + "\n").encode()
+
+
+def test_pull_stuck_pull_rendezvous_data_running(fake, tmp_path, geotrain_home):
+    cluster = Cluster(name="dc", kind="kubernetes", config={"context": "fake-ctx", "node_groups": CPU_NODES},
+                      kubeconfig_path=write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-st", make_spec(cluster="dc", workers=2), {})
+    master = fake.add_pod("gt-ws-st", "master", 0, running=False)
+    worker = fake.add_pod("gt-ws-st", "worker", 0, running=False)
+
+    # Kubelet pulls on both nodes; master-0's pull began 90 s ago.
+    fake.pull_image(master, "gpu-a", IMAGE, at=time.time() - 90)
+    fake.pull_image(worker, "gpu-b", IMAGE)
+    state = backend.status("ws-st")
+    assert state.status == "PULLING"
+    assert f"master-0: pulling {IMAGE} on gpu-a for 1m3" in state.reason  # 1m30s, a second of slack
+    assert f"worker-0: pulling {IMAGE} on gpu-b" in state.reason
+    assert [w.status for w in state.workers] == ["PULLING", "PULLING"]
+
+    # worker-0's registry refuses: stuck, with the reason and the way forward.
+    fake.fail_pull(worker, "ImagePullBackOff", f'Back-off pulling image "{IMAGE}"')
+    state = backend.status("ws-st")
+    assert state.status == "PULLING"
+    assert (f'worker-0: stuck: ImagePullBackOff on gpu-b: Back-off pulling image "{IMAGE}"'
+            " — check the image name (--image)") in state.reason
+
+    # master-0 is up and silent (torchrun's rendezvous); worker-0 has its image, not started.
+    fake.start_container(master)
+    fake.finish_pull(worker, IMAGE)
+    state = backend.status("ws-st")
+    assert (state.status, state.reason) == ("RENDEZVOUS", "1 of 2 present, waiting for worker-0")
+
+    # master-0 tokenises its shard: PREPARING_DATA with its progress.
+    fake.write_log(master, event_line("data", stage="start", source="c4", unit="tokens", rank=0))
+    fake.write_log(master, event_line("data", stage="progress", source="c4", unit="tokens",
+                                      done=12000, total=40000, rank=0))
+    state = backend.status("ws-st")
+    assert state.status == "PREPARING_DATA"
+    assert state.reason == "master-0: preparing c4: 12,000 of 40,000 tokens (30%)"
+
+    fake.write_log(master, event_line("data", stage="done", source="c4", unit="tokens", done=40000,
+                                      seconds=3.2, rank=0))
+    fake.write_log(master, event_line("rendezvous", stage="waiting", rank=0, world=2))
+    state = backend.status("ws-st")
+    assert (state.status, state.reason) == ("RENDEZVOUS", "1 of 2 present, waiting for worker-0")
+
+    fake.start_container(worker)
+    fake.set_job_phase("gt-ws-st", "Running")
+    fake.write_log(master, b"[rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent 0.000MB 12.5ms/step\n")
+    state = backend.status("ws-st")
+    assert state.status == "RUNNING" and state.reason == "1 of 2 training; not yet: worker-0"
+    fake.write_log(worker, b"[rank 1] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent 0.000MB 12.5ms/step\n")
+    assert (backend.status("ws-st").status, backend.status("ws-st").reason) == ("RUNNING", "")
+
+    # Pods seen training are not read again on every refresh.
+    reads = sum(path.endswith("/log") for _, path, _ in fake.requests)
+    backend.status("ws-st")
+    assert sum(path.endswith("/log") for _, path, _ in fake.requests) == reads
+
+
+def test_events_are_listed_per_namespace_by_kind(fake, tmp_path, geotrain_home):
+    """The stand-in answers the events list the way the backend asks for it (field selector)."""
+    cluster = Cluster(name="dc", kind="kubernetes", config={"context": "fake-ctx", "node_groups": CPU_NODES},
+                      kubeconfig_path=write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+    backend = KubernetesBackend(cluster)
+    fake.objects[("events", "default", "node-event")] = {
+        "metadata": {"name": "node-event"}, "reason": "Pulling", "message": "not a pod",
+        "involvedObject": {"kind": "Node", "name": "gpu-a"}}
+    fake.add_event("some-pod", "Pulling", 'Pulling image "x"')
+    events = backend._events()
+    assert [e["involvedObject"]["name"] for e in events] == ["some-pod"]
+    assert any(q.get("fieldSelector") == "involvedObject.kind=Pod" for _, p, q in fake.requests
+               if p.endswith("/events"))

@@ -1,0 +1,272 @@
+"""The default image and what geotrain delivers beside it (core.domain.images,
+core.kubernetes.recipes_delivery): the upstream image per vendor, the recipes source as
+ConfigMaps (created and deleted through the real client against the stand-in API server),
+the per-node dependency install run for real (a local wheel stands in for PyPI, which
+cannot be reached here) and the per-node dataset cache."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.backends.kubernetes import KubernetesBackend
+from core.domain.images import UPSTREAM_IMAGES, image_for, images_for_nodes, qualified, vendor_of_facts
+from core.domain.records import Cluster
+from core.errors import FieldError, InvalidInput
+from core.kubernetes import recipes_delivery as delivery
+from core.kubernetes.admission import admission_errors
+from core.kubernetes.manifests import manifests_yaml, render_manifests
+from core.kubernetes.names import rocm_variant
+from core.kubernetes.node_groups import NodeGroup
+from core.kubernetes.pod_security import pod_specs, violations
+from tests.kubernetes.conftest import HETEROGENEOUS, make_spec, write_kubeconfig
+
+WIZARD = Cluster(name="dc", kind="geotrain")
+
+
+def _render(cluster=WIZARD, groups=HETEROGENEOUS, **spec):
+    out = render_manifests("ws-d", make_spec(workers=spec.pop("workers", 7), **spec), cluster, groups, "team", {})
+    return out, out[-1]
+
+
+def _trainer(pod):
+    return pod["containers"][0]
+
+
+def _env(pod):
+    return {e["name"]: e.get("value") for e in _trainer(pod)["env"]}
+
+
+# --- the image ------------------------------------------------------------------------------
+def test_each_vendor_runs_its_upstream_image_and_a_custom_image_is_used_as_given():
+    assert images_for_nodes(["cpu", "amd", "nvidia", "amd"]) == {
+        v: image_for(v) for v in ("nvidia", "amd", "cpu")}
+    assert image_for("amd").image.startswith("rocm/pytorch:") and image_for("amd").delivered
+    assert image_for("cpu").image == image_for("nvidia").image == UPSTREAM_IMAGES["nvidia"]
+    own = images_for_nodes(["nvidia", "amd"], "registry.example.com/team/recipes:2.0")
+    assert own["nvidia"].image == "registry.example.com/team/recipes:2.0" and not own["nvidia"].delivered
+    for ref in ("registry.example.com:5000/team/r:2.0", "team/r", "r@sha256:" + "a" * 64):
+        assert image_for("amd", ref).image == rocm_variant(ref)  # one rule for AMD builds
+    assert qualified(UPSTREAM_IMAGES["nvidia"]) == "docker.io/" + UPSTREAM_IMAGES["nvidia"]
+    assert qualified("ubuntu:24.04") == "docker.io/library/ubuntu:24.04"
+    assert qualified("registry.example.com/team/r:1") == "registry.example.com/team/r:1"
+    assert vendor_of_facts({"gpus": [{"name": "AMD Instinct MI300X"}]}) == "amd"
+    assert vendor_of_facts({"gpus": [{"name": "NVIDIA H100"}, {"name": "AMD Instinct"}]}) == "nvidia"
+    assert vendor_of_facts({}) == "cpu"
+
+
+def test_the_pods_run_the_upstream_image_with_the_recipes_on_their_python_path(job_validator):
+    out, job = _render()
+    assert not list(job_validator.iter_errors(job)) and admission_errors(job) == []
+    pods = dict(pod_specs(job))
+    assert _trainer(pods["worker-amd"])["image"] == UPSTREAM_IMAGES["amd"]
+    assert _trainer(pods["worker-cpu"])["image"] == UPSTREAM_IMAGES["cpu"]
+    for pod in pods.values():
+        env = _env(pod)
+        assert env["PYTHONPATH"].split(":")[0] == delivery.SOURCE_DIR
+        assert env["GEOTRAIN_DEPS_DIR"].startswith(delivery.DEPS_MOUNT + "/")
+        assert env["HOME"] == "/workspace" and env["USER"] == "geotrain"  # uid 1000 has no passwd entry
+        mounts = {m["name"]: m for m in _trainer(pod)["volumeMounts"]}
+        assert mounts["recipes-src"] == {"name": "recipes-src", "mountPath": delivery.SOURCE_DIR, "readOnly": True}
+        script = _trainer(pod)["command"][2]
+        assert script.index("GEOTRAIN_DEPS") < script.index("GEOTRAIN_WAIT") < script.index("exec torchrun")
+    # one cache directory per image: the ROCm image's Python differs from the CUDA one's
+    assert _env(pods["worker-amd"])["GEOTRAIN_DEPS_DIR"] != _env(pods["worker-cpu"])["GEOTRAIN_DEPS_DIR"]
+
+
+def test_a_custom_image_gets_no_configmaps_and_no_install():
+    out, job = _render(image="registry.example.com/team/recipes:2.0")
+    assert [m["kind"] for m in out] == ["ConfigMap", "Job"]  # the config only
+    for _, pod in pod_specs(job):
+        assert "PYTHONPATH" not in _env(pod) and "GEOTRAIN_DEPS" not in _trainer(pod)["command"][2]
+        assert "recipes-src" not in {v["name"] for v in pod["volumes"]}
+    amd = dict(pod_specs(job))["worker-amd"]
+    assert _trainer(amd)["image"] == "registry.example.com/team/recipes:2.0-rocm"
+
+
+# --- the recipes source ---------------------------------------------------------------------
+def _project(maps, volume, into: Path) -> None:
+    """What kubelet does with the projected volume: each item's key written at its path."""
+    by_name = {m["metadata"]["name"]: m["data"] for m in maps}
+    for source in volume["projected"]["sources"]:
+        data = by_name[source["configMap"]["name"]]
+        for item in source["configMap"]["items"]:
+            target = into / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(data[item["key"]])
+
+
+def test_the_configmaps_rebuild_the_installed_recipes_package(tmp_path):
+    out, job = _render()
+    maps = [m for m in out if m["metadata"]["name"].startswith("gt-ws-d-recipes-")]
+    assert maps and all(m["metadata"]["labels"][delivery.PART_LABEL] == "recipes" for m in maps)
+    assert all(len(yaml.safe_dump(m).encode()) < 1 << 20 for m in maps)  # under the API's 1 MiB
+    volume = next(v for v in dict(pod_specs(job))["master"]["volumes"] if v["name"] == "recipes-src")
+    _project(maps, volume, tmp_path)
+    root = delivery.recipes_root()
+    expected = sorted(p.relative_to(root.parent).as_posix() for p in root.rglob("*")
+                      if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts and p.is_file())
+    got = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert got == expected and "recipes/train.py" in got
+    assert (tmp_path / "recipes/train.py").read_bytes() == (root / "train.py").read_bytes()
+    shown = manifests_yaml(out)  # --dry-run: a count, not 200 KB of source
+    assert f"<recipes source>: {len(expected)} files" in shown and "def main(" not in shown
+    # the projected tree is importable as the pods import it (a torch-free module)
+    check = subprocess.run([sys.executable, "-c", "import recipes.schema, sys; print(recipes.schema.__file__)"],
+                           cwd="/", env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.startswith(str(tmp_path)), check.stderr
+
+
+def test_only_plain_source_files_go_and_large_packages_split(tmp_path):
+    package = tmp_path / "recipes"
+    (package / "sub").mkdir(parents=True)
+    for i in range(4):
+        (package / f"big{i}.py").write_text("x = 1  # " + "y" * (250 << 10) + "\n")
+    (package / "sub" / "conf.yaml").write_text("a: 1\n")
+    (package / "notes.txt").write_text("not source\n")
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "big0.cpython-311.pyc").write_bytes(b"\0")
+    (package / "stolen.py").symlink_to("/etc/hostname")
+    (package / "linked").symlink_to(tmp_path, target_is_directory=True)
+    files = delivery.recipes_files(package)
+    assert [f.path for f in files] == ["recipes/big0.py", "recipes/big1.py", "recipes/big2.py",
+                                       "recipes/big3.py", "recipes/sub/conf.yaml"]
+    maps = delivery.render_source_maps("gt-x", {"labels": {"a": "b"}, "namespace": "n"}, files)
+    assert [m["metadata"]["name"] for m in maps] == ["gt-x-recipes-0", "gt-x-recipes-1"]
+    assert all(sum(len(v) for v in m["data"].values()) <= delivery.CONFIG_MAP_BYTES for m in maps)
+    _project(maps, delivery.source_volume(maps, files), tmp_path / "pod")
+    assert (tmp_path / "pod/recipes/sub/conf.yaml").read_text() == "a: 1\n"
+    (package / "huge.py").write_text("z" * (delivery.MAX_FILE_BYTES + 1))
+    with pytest.raises(InvalidInput, match="huge.py .* over the 256 KiB"):
+        delivery.recipes_files(package)
+
+
+def test_the_configmaps_are_created_and_deleted_with_the_workspace(fake, tmp_path, geotrain_home):
+    cluster = Cluster(name="dc", kind="kubernetes", kubeconfig_path=write_kubeconfig(tmp_path / "kc", fake.url),
+                      config={"context": "fake-ctx", "node_caches": True,
+                              "node_groups": [{"vendor": "cpu", "gpus": 0, "nodes": ["n1", "n2"]}]})
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-src", make_spec(cluster="dc", workers=2), {})
+    names = sorted(n for (res, _, n) in fake.objects if res == "configmaps")
+    assert names == ["gt-ws-src-config", "gt-ws-src-recipes-0"]
+    stored = fake.objects[("configmaps", "default", "gt-ws-src-recipes-0")]
+    assert any(v.startswith('"""') or "import" in v for v in stored["data"].values())
+    fake.objects[("configmaps", "default", "other-app")] = {"metadata": {"name": "other-app", "labels": {}}}
+    backend.delete("ws-src")
+    assert sorted(n for (res, _, n) in fake.objects if res == "configmaps") == ["other-app"]
+
+
+# --- the dependency install, run for real ---------------------------------------------------
+def _wheel(directory: Path, module: str = "geotrain_tinydep", body: str = "VALUE = 42\n",
+           requires: str = "") -> Path:
+    """A tiny pure-Python wheel (what PyPI would serve), built by hand: no network, no build."""
+    info = f"{module}-0.1.dist-info"
+    files = {f"{module}/__init__.py": body,
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n"
+                                 + (f"Requires-Dist: {requires}\n" if requires else ""),
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(t.encode())}\n" for p, t in files.items())
+    path = directory / f"{module}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+        whl.writestr(f"{info}/RECORD", record + f"{info}/RECORD,,\n")
+    return path
+
+
+def _install(deps: Path, requirement: str) -> subprocess.Popen:
+    script = (f"py={sys.executable}\n" + delivery.INSTALL_DEPS +
+              'exec "$py" -c "import geotrain_tinydep as t, importlib.util as u; '
+              'print(\'torch from\', u.find_spec(\'torch\').origin); print(\'value\', t.VALUE)"')
+    env = {"PATH": os.environ["PATH"], "GEOTRAIN_DEPS_DIR": str(deps), "GEOTRAIN_REQUIREMENTS": requirement,
+           "PYTHONPATH": str(deps), "PIP_NO_INDEX": "1", "HOME": str(deps.parent)}
+    return subprocess.Popen(["/bin/sh", "-c", script], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_two_pods_on_a_node_install_the_dependencies_once_and_both_use_them(tmp_path):
+    """Also: pip --target installs dependencies of dependencies, torch too if one asks for it;
+    the image's own torch (its CUDA or ROCm build) must stay the one imported."""
+    deps = tmp_path / "pydeps" / delivery.deps_key(UPSTREAM_IMAGES["cpu"])
+    _wheel(tmp_path, "torch", "raise ImportError('the stand-in torch from PyPI was imported')\n")
+    wheel = _wheel(tmp_path, requires="torch")
+    pods = [_install(deps, f"--find-links={tmp_path} {wheel}") for _ in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in pods]
+    assert [p.returncode for p in pods] == [0, 0], outputs
+    assert all("value 42" in out for out in outputs)
+    for out in outputs:
+        (line,) = [x for x in out.splitlines() if x.startswith("torch from")]
+        assert str(deps) not in line and line.endswith("torch/__init__.py")  # the image's (here: this venv's)
+    assert (deps / "geotrain_tinydep").is_dir() and not list(deps.glob("torch*"))
+    assert sum("installing the recipes' Python dependencies" in out for out in outputs) == 1
+    assert (deps / ".complete").is_file() and not (deps.parent / (deps.name + ".part")).exists()
+    later = _install(deps, "no-such-package-anywhere")  # the cache is used: pip is not asked
+    assert later.communicate(timeout=60)[0].strip().endswith("value 42") and later.returncode == 0
+
+
+def test_a_failed_install_says_what_to_do_and_leaves_no_half_cache(tmp_path):
+    deps = tmp_path / "pydeps" / "k"
+    pod = _install(deps, str(tmp_path / "missing-0.1-py3-none-any.whl"))
+    out = pod.communicate(timeout=120)[0]
+    assert pod.returncode == 1 and "the node needs PyPI" in out and "--image" in out
+    assert not deps.exists()
+
+
+# --- the per-node dataset cache -------------------------------------------------------------
+def test_the_dataset_cache_is_a_node_directory_the_recipes_write_to():
+    out, job = _render(workers=2, groups=[NodeGroup("cpu", 0, ("a", "b"))],
+                       config={"model": "gpt-neo", "size": "tiny", "data": {"source": "c4"}})
+    config = yaml.safe_load(out[0]["data"]["config.yaml"])
+    assert config["data"]["cache_dir"] == f"{delivery.DATASET_MOUNT}/c4"  # keyed by dataset
+    for _, pod in pod_specs(job):
+        volume = next(v for v in pod["volumes"] if v["name"] == "datasets")
+        assert volume["hostPath"] == {"path": delivery.DEFAULT_DATASET_CACHE, "type": "DirectoryOrCreate"}
+        assert _env(pod)["HF_HOME"] == f"{delivery.DATASET_MOUNT}/huggingface"
+        owner = next(i for i in pod["initContainers"] if i["name"] == "cache-owner")
+        assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    mine = {"model": "gpt-neo", "size": "tiny", "data": {"source": "c4", "cache_dir": "/scratch/mine"}}
+    out, _ = _render(workers=2, groups=[NodeGroup("cpu", 0, ("a", "b"))], config=mine)
+    assert yaml.safe_load(out[0]["data"]["config.yaml"])["data"]["cache_dir"] == "/scratch/mine"
+
+
+@pytest.mark.parametrize("value, found", [("/etc/geotrain", "a directory of its own"), ("/var/lib", "a directory of its own"),
+                                          ("/srv/a/../b", "normalised"), ("data", "absolute path"),
+                                          ("/srv/x\n", "plain path"), (3, "absolute path")])
+def test_a_bad_dataset_cache_is_refused_by_name(value, found):
+    cluster = Cluster(name="dc", kind="geotrain", config={"dataset_cache": value})
+    with pytest.raises(FieldError, match="dataset_cache") as caught:
+        _render(cluster=cluster)
+    assert found in str(caught.value)
+
+
+def test_where_node_directories_are_refused_pods_go_without_the_node_caches():
+    for config, kind in (({"pod_security_enforce": "baseline"}, "geotrain"), ({}, "kubernetes"),
+                         ({"dataset_cache": False, "node_caches": False}, "geotrain")):
+        out, job = _render(cluster=Cluster(name="dc", kind=kind, config=config),
+                           workers=1, groups=HETEROGENEOUS[:1])
+        pod = dict(pod_specs(job))["master"]
+        assert not any("hostPath" in v for v in pod["volumes"]), config
+        assert next(v for v in pod["volumes"] if v["name"] == "pydeps") == {"name": "pydeps", "emptyDir": {}}
+        assert violations(pod, "restricted") == []
+        assert "cache_dir" not in (yaml.safe_load(out[0]["data"]["config.yaml"]).get("data") or {})
+    opted = Cluster(name="dc", kind="kubernetes", config={"node_caches": True, "dataset_cache": "/srv/ds"})
+    _, job = _render(cluster=opted, workers=1, groups=HETEROGENEOUS[:1])
+    assert {"name": "datasets", "hostPath": {"path": "/srv/ds", "type": "DirectoryOrCreate"}} in \
+        dict(pod_specs(job))["master"]["volumes"]
+
+
+def test_a_pip_mirror_reaches_the_pods_and_a_bad_one_is_refused():
+    cluster = Cluster(name="dc", kind="geotrain", config={"pip_index_url": "https://pypi.example.org/simple"})
+    _, job = _render(cluster=cluster)
+    assert all(_env(p)["PIP_INDEX_URL"] == "https://pypi.example.org/simple" for _, p in pod_specs(job))
+    with pytest.raises(FieldError, match="pip_index_url"):
+        _render(cluster=Cluster(name="dc", kind="geotrain", config={"pip_index_url": "https://x/$(reboot)'"}))

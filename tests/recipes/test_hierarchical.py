@@ -1,0 +1,96 @@
+"""Hierarchical DiLoCo: data parallel inside a datacenter, quantised reduce-scatter/all-gather between them.
+
+Real gloo processes throughout: the exchange is checked against a plain fp32 all-reduce
+on random tensors, and a 2 datacenter x 2 worker training run is checked step by step.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from recipes.topology import Topology, TopologyError, layout, resolve
+from tests.recipes.conftest import REPO, TINY_GPT, free_port, recipe_env
+
+# Elementwise bound on one round's error, as a fraction of the largest |input|: each of the two
+# quantisations (stage 1 per sender, stage 2 at the reducer) is off by at most half a code step
+# of the block's scale: 2^-4 relative for e4m3, 1/6 of the absmax for e2m1 (gap 2 at the top, /6).
+BOUND = {8: 2 * 2 ** -4 * 1.07, 4: 2 * (1 / 6) * 1.2, 16: 2 * 2 ** -8 * 1.01}
+STEPS, INNER = 9, 3
+
+
+@pytest.fixture(scope="module")
+def probe_run(tmp_path_factory):
+    """One real 4-rank torchrun (gloo): the exchange rounds on random tensors, then a 2 datacenter
+    x 2 worker training run checked after every step (tests/recipes/hier_probe.py)."""
+    out = tmp_path_factory.mktemp("hier") / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+           "-m", "tests.recipes.hier_probe", "--config", str(TINY_GPT), "datacenters=2",
+           "gradient_compression=medium", f"diloco.inner_steps={INNER}", f"steps={STEPS}", f"out_dir={out}",
+           "device=cpu", "dist.backend=gloo", "data.batch_size=2", "data.seq_len=16", "logging.wandb=false",
+           "checkpoint.every=0", "logging.log_every=3", "logging.eval_batches=1", "optim.warmup_steps=1"]
+    proc = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+def test_quantised_reduce_scatter_all_gather_against_fp32_all_reduce(probe_run):
+    """fp8, fp4 and bf16, K=4 real gloo ranks, hier_probe.ROUNDS rounds each."""
+    results = json.loads((probe_run[0] / "exchange.json").read_text())
+    assert sorted({r["bits"] for r in results}) == [4, 8, 16] and len(results) == 12
+    for r in results:
+        bits = r["bits"]
+        assert r["identical"], r  # every rank decoded the same average
+        # each round is within the two quantisations' bound of the exact mean
+        assert 0 < r["worst_round"] <= BOUND[bits], r  # > 0: something was really quantised (bf16 too)
+        if bits != 16:
+            # error feedback: nothing dropped is lost, to fp32 rounding over the rounds ...
+            assert r["conservation"] < 1e-5, r
+            # ... so the error of the running sum stays one round's worth, not ROUNDS rounds'
+            assert r["drift"] <= BOUND[bits], r
+        # the K members together sent 2(K-1) payloads' worth: 2(K-1)/K of one payload each
+        assert r["first_bytes"] == 2 * (4 - 1) * r["payload"], r
+
+
+def test_topology_from_env_and_from_datacenters():
+    env = {"GEOTRAIN_DATACENTER": "fra", "GEOTRAIN_DC_INDEX": "1", "GEOTRAIN_DC_COUNT": "3",
+           "GEOTRAIN_DC_RANK": "0", "GEOTRAIN_DC_SIZE": "2"}
+    assert resolve(5, 6, 1, env) == Topology("fra", 1, 3, 0, 2)
+    assert resolve(5, 6, 3, {}) == Topology("dc2", 2, 3, 1, 2)
+    assert not resolve(0, 4, 1, {}).hierarchical
+    with pytest.raises(TopologyError, match="split evenly"):
+        resolve(0, 5, 2, {})
+    with pytest.raises(TopologyError, match="same number"):
+        resolve(0, 5, 1, env)
+    with pytest.raises(TopologyError, match="whole number"):
+        resolve(0, 6, 1, {**env, "GEOTRAIN_DC_RANK": "0; rm -rf /"})
+    # ranks in any order (as a scheduler may hand them out) still give consistent groups
+    lan, wan = layout([(1, 0), (0, 1), (1, 1), (0, 0)], 2, 2)
+    assert lan == [[3, 1], [0, 2]] and wan == [[3, 0], [1, 2]]
+    with pytest.raises(TopologyError, match="claim"):
+        layout([(0, 0), (0, 0)], 1, 2)
+
+
+def test_two_datacenters_of_two_workers_train_as_two_replicas(probe_run):
+    """DC replicas equal after every inner step, every rank equal after every outer step."""
+    out, stdout = probe_run
+    steps = STEPS
+    assert "hierarchical DiLoCo: datacenter dc1 (2 of 2), rank 1 of 2 there" in stdout
+    probe = json.loads((out / "probe.json").read_text())
+    assert [p["step"] for p in probe] == list(range(1, steps + 1))
+    for p in probe:
+        assert p["dc_equal"] == [True, True], p
+        assert p["all_equal"] == p["outer"], p  # equal exactly at the outer steps, not between
+    assert [p["step"] for p in probe if p["outer"]] == [3, 6, 9]
+    # WAN bytes: rank 0 carries half the datacenter's pseudo-gradient, in fp8 plus block scales,
+    # reduce-scattered and all-gathered between 2 datacenters: 2(K-1)/K = 1 x its payload per outer step.
+    wan = [p["wan_bytes"] for p in probe if p["outer"]]
+    assert wan[0] > 0 and wan == [wan[0] * k for k in (1, 2, 3)]
+    assert probe[0]["lan_bytes"] > 0 and probe[0]["wan_bytes"] == 0  # inner steps stay on the LAN
+    result = json.loads((out / "result.json").read_text())
+    assert result["lan_bytes"] > 0 and result["bytes_sent"] == wan[-1]
+
