@@ -45,16 +45,17 @@ def predictions(model: str, size: str, step_time: float, steps: int) -> dict:
     return out
 
 
-def _run(wan, method: str, steps: int, workdir: Path, timeout: float) -> dict:
+def _run(wan, method: str, steps: int, workdir: Path, timeout: float, per_dc: int) -> dict:
     from recipes.bench import wan as bench
 
-    summary = bench.summarize(bench.run_method(wan, method, "wan", steps, workdir, timeout), None)
+    summary = bench.summarize(bench.run_method(wan, method, "wan", steps, workdir, timeout, per_dc), None)
     return {k: summary[k] for k in ("wall_s", "step_s", "compute_step_s", "wait_s", "steps", "params",
                                     "wan_bytes", "final_loss")}
 
 
-def measure(method: str, steps: int, good: float, bad: float, timeout: float) -> dict:
-    """Three datacenters (the third behind `bad` Mbit/s) against the two good ones alone."""
+def measure(method: str, steps: int, good: float, bad: float, timeout: float, per_dc: int = 1) -> dict:
+    """Three datacenters (the third behind `bad` Mbit/s) against the two good ones alone;
+    `per_dc` workers in each (more than one: hierarchical DiLoCo, as the planner prices)."""
     from recipes.bench import netns
 
     runs = {}
@@ -63,14 +64,14 @@ def measure(method: str, steps: int, good: float, bad: float, timeout: float) ->
             netns.shape(wan.names[2], netns.IFACE, bad)  # dc2's uplink, both ends
             netns.shape(netns.HUB, "h2", bad)
             print(f"running {method}: 3 datacenters, dc2 at {bad:g} Mbit/s, {steps} steps ...", flush=True)
-            runs["all"] = _run(wan, method, steps, Path(tmp), timeout)
+            runs["all"] = _run(wan, method, steps, Path(tmp), timeout, per_dc)
         with netns.Wan(2, good) as wan:
             print(f"running {method}: 2 datacenters at {good:g} Mbit/s, {steps * 3 // 2} steps ...", flush=True)
-            runs["two"] = _run(wan, method, steps * 3 // 2, Path(tmp), timeout)
+            runs["two"] = _run(wan, method, steps * 3 // 2, Path(tmp), timeout, per_dc)
     params, compute = runs["two"]["params"], runs["two"]["compute_step_s"]
-    # the bench's workers exchange flat, one per datacenter: for an all-reduce preset (low)
-    # the same 2(K-1)/K of a payload as the hierarchical exchange the planner prices
-    sites = [dc_choice.Site(n, 1) for n in ("dc0", "dc1", "dc2")]
+    # one worker per datacenter exchanges flat: for an all-reduce preset (low) the same
+    # 2(K-1)/K of a payload as the hierarchical exchange the planner prices (per_dc > 1)
+    sites = [dc_choice.Site(n, per_dc) for n in ("dc0", "dc1", "dc2")]
     links = {("dc0", "dc1"): dc_choice.SiteLink(good, 0.0), ("dc0", "dc2"): dc_choice.SiteLink(bad, 0.0),
              ("dc1", "dc2"): dc_choice.SiteLink(bad, 0.0)}
     preset = method.removesuffix("-overlap")
@@ -79,7 +80,7 @@ def measure(method: str, steps: int, good: float, bad: float, timeout: float) ->
     priced = {c.datacenters: c for c in plan.choices}
     runs["all"]["predicted_s"] = priced[("dc0", "dc1", "dc2")].seconds
     runs["two"]["predicted_s"] = priced[("dc0", "dc1")].seconds
-    report = {"method": method, "good_mbit": good, "bad_mbit": bad, "steps_on_all": steps,
+    report = {"method": method, "workers_per_dc": per_dc, "good_mbit": good, "bad_mbit": bad, "steps_on_all": steps,
               "planner_choice": list(plan.best.datacenters), "planner_reason": plan.reason(), "runs": runs}
     for name, run in runs.items():
         print(f"  {name:<7} predicted {run['predicted_s']:7.1f} s  measured {run['wall_s']:7.1f} s  "
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench-steps", type=int, default=160, help="steps per worker with all three")
     parser.add_argument("--good-mbit", type=float, default=50.0)
     parser.add_argument("--bad-mbit", type=float, default=5.0)
+    parser.add_argument("--workers-per-dc", type=int, default=1,
+                        help="workers in each datacenter (2 or more: hierarchical DiLoCo)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {', '.join(netns.our_namespaces())} exist: another bench_dc_choice is running; "
                   "try again when it ends", file=sys.stderr)
             return 2
-        report["measured"] = measure(args.method, args.bench_steps, args.good_mbit, args.bad_mbit, args.timeout)
+        report["measured"] = measure(args.method, args.bench_steps, args.good_mbit, args.bad_mbit, args.timeout,
+                                     args.workers_per_dc)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
     return 0
