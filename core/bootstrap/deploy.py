@@ -25,6 +25,7 @@ from core.state.cluster_records import delete_cluster as delete_record
 from core.state.cluster_records import get_cluster, save_cluster
 from core.schema.endpoints import check_host, check_interface, parse_host_port
 from core.errors import InvalidInput, NotFound
+from core.domain.datacenters import check_datacenter
 from core.domain.records import NAME_RE, Cluster, Node
 from core.state.node_records import get_node
 from core.state.secret_store import SecretStore
@@ -144,9 +145,12 @@ def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None 
                                f"{node.cluster} {node_name}")
         member = members.get(node_name, {})
         _check_node(node_name, node.host, endpoints.get(node_name))
+        if node.datacenter:
+            check_datacenter(node.datacenter, f"node {node_name}")
         specs.append(NodeSpec(name=node_name, host=node.host,
                               role="server" if index == 0 else "agent",
-                              mesh_ip=member.get("mesh_ip"), endpoint=endpoints.get(node_name)))
+                              mesh_ip=member.get("mesh_ip"), endpoint=endpoints.get(node_name),
+                              datacenter=node.datacenter or None))
     plan = _config_to_plan(name, config, specs)
     if vpn is not None:
         plan.vpn = vpn

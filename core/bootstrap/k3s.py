@@ -20,6 +20,7 @@ from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.domain.datacenters import ZONE_LABEL
 from core.nodes.facts import gpus
 from core.schema.endpoints import host_port, is_ip
 
@@ -135,9 +136,9 @@ def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
         flags["flannel-iface"] = plan.interface
     if target.facts.get("init", {}).get("systemd"):
         flags["kubelet-arg"] = ["cgroup-driver=systemd"]
-    vendor = gpu_vendor(target.facts)
-    if vendor:
-        flags["node-label"] = [f"{GPU_VENDOR_LABEL}={vendor}"]
+    labels = node_labels(target)
+    if labels:
+        flags["node-label"] = [f"{key}={value}" for key, value in labels.items()]
     if spec.role == "server":
         flags.update({"advertise-address": address, "tls-san": tls_sans(plan, spec, public),
                       "write-kubeconfig": f"{plan.k3s.config_dir}/k3s.yaml",
@@ -146,6 +147,16 @@ def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
     else:
         flags["server"] = f"https://{host_port(plan.address(plan.server), API_PORT)}"
     return flags
+
+
+def node_labels(target: NodeTarget) -> dict[str, str]:
+    """The labels geotrain puts on a node: its GPU vendor and its datacenter (zone)."""
+    vendor, labels = gpu_vendor(target.facts), {}
+    if vendor:
+        labels[GPU_VENDOR_LABEL] = vendor
+    if target.spec.datacenter:
+        labels[ZONE_LABEL] = target.spec.datacenter
+    return labels
 
 
 def gpu_vendor(facts: dict) -> str | None:
@@ -305,7 +316,27 @@ def _ready(ctx: DeployContext, target: NodeTarget) -> str:
     services.wait_until(target, f"sh -c {shlex.quote(probe)}",
                         f"nodes {', '.join(names)} to be Ready", timeout=plan.k3s.ready_timeout,
                         interval=3)
-    return f"{len(names)} node(s) Ready"
+    relabelled = _label_zones(ctx, target, names)
+    return f"{len(names)} node(s) Ready" + (f", {relabelled} zone label(s) set" if relabelled else "")
+
+
+def _label_zones(ctx: DeployContext, target: NodeTarget, names: list[str]) -> int:
+    """k3s applies `node-label` only when a node registers (docs.k3s.io/cli/agent): a node that
+    joined before it had (or changed) its datacenter gets the zone label with kubectl."""
+    command, key, done = kubectl(ctx.plan), ZONE_LABEL.replace(".", "\\."), 0
+    for node in ctx.targets.values():
+        zone = node.spec.datacenter
+        if not zone or node.name not in names:
+            continue
+        have = target.session.fact(f"{command} get node {shlex.quote(node.name)} -o jsonpath="
+                                   f"'{{.metadata.labels.{key}}}' 2>/dev/null")
+        if have.ok and have.stdout.strip() == zone:
+            continue
+        target.session.change(f"{command} label node {shlex.quote(node.name)} "
+                              f"{shlex.quote(f'{ZONE_LABEL}={zone}')} --overwrite >/dev/null",
+                              what=f"labelling {node.name} with datacenter {zone}")
+        done += 1
+    return done
 
 
 def _only_server(ctx: DeployContext, alive: list[NodeTarget]) -> list[NodeTarget]:

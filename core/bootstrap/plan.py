@@ -36,6 +36,7 @@ class NodeSpec:
     mesh_ip: str | None = None
     endpoint: str | None = None  # public host[:port] for WireGuard peers (NAT override)
     external_ip: str | None = None  # public address k3s advertises for a NAT'd node
+    datacenter: str | None = None  # the node's zone label (core.domain.datacenters)
 
 
 @dataclass

@@ -25,7 +25,7 @@ def cmd_add_kubernetes(args) -> int:
     config = done.cluster.config
     nodes = sum(len(g.hostnames) for g in done.groups)
     kinds = ", ".join(f"{len(g.hostnames)}× {g.vendor}" + (f" ({g.gpus} GPUs)" if g.gpus else "")
-                      for g in done.groups)
+                      + (f" in {g.datacenter}" if g.datacenter else "") for g in done.groups)
     print(f"Registered {done.cluster.name}: {nodes} nodes ({kinds}), context {config['context']}, "
           f"namespace {config['namespace']}, queue {config['queue']}.")
     for line in (done.pod_security, done.pod_security_note):

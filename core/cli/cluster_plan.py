@@ -9,8 +9,11 @@ from core.domain import limits
 
 from core.planner import wan_what_if as planner
 from core.cli.output import dump_json, table
+from core.errors import InvalidInput
 from core.state.store import Store
+from core.planner import dc_choice
 from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
+from core.planner.datacenter_inputs import DEFAULT_STEPS, choose_for_cluster
 
 MATRIX_HELP = ("YAML/JSON network matrix for what-if questions: `links:` then entries with src, dst, "
                "latency_ms, mbit_s (replaces the cluster's measured matrix)")
@@ -47,16 +50,28 @@ def register(groups) -> None:
                                                               "2 on local)")
     p.add_argument("--target", type=_fraction, default=planner.DEFAULT_TARGET,
                    help=f"utilization to reach (default {planner.DEFAULT_TARGET * 100:.0f}%%)")
+    p.add_argument("--steps", type=limits.int_between(1, 10**9), metavar="N", default=DEFAULT_STEPS,
+                   help=f"the run's length on every datacenter, to price dropping some (default {DEFAULT_STEPS})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_plan)
 
 
 def cmd_plan(args) -> int:
-    result = plan_for_cluster(Store() if args.matrix is None else None, None if args.matrix else args.name,
+    store = Store() if args.matrix is None else None
+    result = plan_for_cluster(store, None if args.matrix else args.name,
                               args.model, args.size, step_time=args.step_time, matrix_file=args.matrix,
                               params=args.params, workers=args.workers, target=args.target)
+    sites, no_choice = None, ""
+    try:
+        sites = choose_for_cluster(store, None if args.matrix else args.name, args.model, args.size,
+                                   step_time=args.step_time, matrix_file=args.matrix, params=args.params,
+                                   steps=args.steps, target=args.target)
+    except InvalidInput as exc:
+        if args.matrix:  # the file's own mistake: say it, as for its links
+            raise
+        no_choice = f"datacenters: no choice ({exc.message}; {exc.hint})"  # the preset table still holds
     if args.json:
-        dump_json(result.as_dict())
+        dump_json({**result.as_dict(), "datacenters": sites.as_dict() if sites else None})
         return 0
     net = result.network
     print(f"{net.workers} workers, bottleneck {net.mbit_s:g} Mbit/s, {net.latency_ms:g} ms; "
@@ -71,4 +86,27 @@ def cmd_plan(args) -> int:
     table(["preset", "algorithm", "H", "MB/sync", "sync s", "step s", "WAN", "util", "util overlap"], rows)
     print(f"recommended: {result.summary()}"
           + (" — set diloco.overlap: true" if result.overlap else ""))
+    if sites:
+        _print_sites(sites)
+    elif no_choice:
+        print(no_choice)
     return 0
+
+
+def _print_sites(sites) -> None:
+    """The datacenter choice (hierarchical DiLoCo: one WAN exchange per datacenter)."""
+    print()
+    print(f"datacenters (hierarchical, {sites.steps:,} steps on all of them):")
+    rows = []
+    for choice in sites.choices[:8]:
+        mark = "*" if choice == sites.best else ""
+        rate = "-" if choice.mbit_s == float("inf") else f"{choice.mbit_s:g}"
+        rows.append([mark + ",".join(choice.datacenters), choice.gpus, rate,
+                     choice.preset + (" +overlap" if choice.overlap else ""), f"{choice.step_s:.3g}",
+                     dc_choice.duration(choice.seconds)])
+    if sites.everyone not in sites.choices[:8]:
+        every = sites.everyone
+        rows.append([",".join(every.datacenters), every.gpus, f"{every.mbit_s:g}", every.preset,
+                     f"{every.step_s:.3g}", dc_choice.duration(every.seconds)])
+    table(["datacenters", "GPUs", "slowest Mbit/s", "preset", "step s", "time"], rows)
+    print(f"chosen: {sites.reason()}")

@@ -15,6 +15,7 @@ import yaml
 from core.kubernetes.names import job_name, label_value, validate_image
 from core.domain.records import Cluster, WorkspaceSpec
 from core.state.secret_store import TOKEN_ENV
+from core.kubernetes.datacenter_tasks import datacenter_tasks, uses_datacenters
 from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, allocate, dist_backend
 from core.kubernetes.pod_resources import memory_resources, shm_volume
 from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_claim
@@ -268,6 +269,19 @@ def _task_names(placed: list[tuple[NodeGroup, int]]) -> list[str]:
     return names
 
 
+def _node_tasks(placed: list[tuple[NodeGroup, int]], template) -> list[dict[str, Any]]:
+    """A master task and one worker task per node group (no datacenters known)."""
+    tasks = [{"name": "master", "replicas": 1, "minAvailable": 1,
+              "template": template(placed[0][0], True),
+              "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]}]
+    for (group, count), name in zip(placed, _task_names(placed)):
+        count -= 1 if group is placed[0][0] else 0
+        if count:
+            tasks.append({"name": name, "replicas": count, "minAvailable": count,
+                          "template": template(group, False)})
+    return tasks
+
+
 def group_image(spec: WorkspaceSpec, cluster: Cluster, vendor: str) -> ImageChoice:
     """The image of one node group (core.domain.images), a custom one validated."""
     custom = custom_image(spec.image, cluster.config)
@@ -296,14 +310,7 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     template = lambda group, is_host: _pod_template(  # noqa: E731
         workspace_id, job, group_image(spec, cluster, group.vendor), cluster, group, spec.workers,
         backend, is_host, keys, spec, source)
-    tasks = [{"name": "master", "replicas": 1, "minAvailable": 1,
-              "template": template(placed[0][0], True),
-              "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]}]
-    for (group, count), name in zip(placed, _task_names(placed)):
-        count -= 1 if group is placed[0][0] else 0
-        if count:
-            tasks.append({"name": name, "replicas": count, "minAvailable": count,
-                          "template": template(group, False)})
+    tasks = datacenter_tasks(placed, template) if uses_datacenters(placed) else _node_tasks(placed, template)
     return add_recovery({
         "apiVersion": API_VERSION, "kind": "Job",
         "metadata": _metadata(workspace_id, job, namespace),

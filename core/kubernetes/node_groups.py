@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from core.domain.datacenters import ZONE_LABEL, check_datacenter
 from core.errors import InvalidInput
 from core.domain.records import Cluster, Node
 
@@ -19,11 +20,12 @@ GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 
 @dataclass(frozen=True)
 class NodeGroup:
-    """Alike nodes: the same GPU vendor and GPU count per node."""
+    """Alike nodes: the same GPU vendor and GPU count per node, in the same datacenter."""
 
     vendor: str  # "nvidia" | "amd" | "cpu"
     gpus: int  # per node; 0 for cpu
     hostnames: tuple[str, ...]  # Kubernetes node names (kubernetes.io/hostname)
+    datacenter: str | None = None  # the nodes' zone label (core.domain.datacenters)
 
     @property
     def slots(self) -> int:
@@ -31,12 +33,15 @@ class NodeGroup:
         return max(self.gpus, 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"vendor": self.vendor, "gpus": self.gpus, "nodes": list(self.hostnames)}
+        data = {"vendor": self.vendor, "gpus": self.gpus, "nodes": list(self.hostnames)}
+        return {**data, "datacenter": self.datacenter} if self.datacenter else data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeGroup":
+        dc = data.get("datacenter")
         return cls(vendor=str(data["vendor"]), gpus=int(data.get("gpus", 0)),
-                   hostnames=tuple(str(n) for n in data.get("nodes", ())))
+                   hostnames=tuple(str(n) for n in data.get("nodes", ())),
+                   datacenter=check_datacenter(str(dc), "recorded node group") if dc else None)
 
 
 def _vendor_of_gpu(gpu: Any) -> str:
@@ -48,12 +53,12 @@ def _vendor_of_gpu(gpu: Any) -> str:
     return "nvidia"
 
 
-def _group(members: Iterable[tuple[str, str, int]]) -> list[NodeGroup]:
-    by_kind: dict[tuple[str, int], list[str]] = {}
-    for host, vendor, gpus in members:
-        by_kind.setdefault((vendor, gpus), []).append(host)
-    order = sorted(by_kind, key=lambda k: (VENDORS.index(k[0]), -k[1]))
-    return [NodeGroup(v, g, tuple(sorted(by_kind[(v, g)]))) for v, g in order]
+def _group(members: Iterable[tuple[str, str, int, str | None]]) -> list[NodeGroup]:
+    by_kind: dict[tuple[str, int, str], list[str]] = {}
+    for host, vendor, gpus, dc in members:
+        by_kind.setdefault((vendor, gpus, dc or ""), []).append(host)
+    order = sorted(by_kind, key=lambda k: (VENDORS.index(k[0]), -k[1], k[2]))
+    return [NodeGroup(v, g, tuple(sorted(by_kind[(v, g, dc)])), dc or None) for v, g, dc in order]
 
 
 def groups_from_nodes(nodes: Iterable[Node]) -> list[NodeGroup]:
@@ -62,7 +67,8 @@ def groups_from_nodes(nodes: Iterable[Node]) -> list[NodeGroup]:
     for node in nodes:
         vendors = [_vendor_of_gpu(g) for g in node.facts.get("gpus") or []]
         vendor = "nvidia" if "nvidia" in vendors else ("amd" if vendors else "cpu")
-        members.append((node.name, vendor, vendors.count(vendor) if vendors else 0))
+        dc = check_datacenter(node.datacenter, f"node {node.name}") if node.datacenter else None
+        members.append((node.name, vendor, vendors.count(vendor) if vendors else 0, dc))
     return _group(members)
 
 
@@ -80,7 +86,9 @@ def groups_from_kubernetes(nodes: Iterable[dict[str, Any]]) -> list[NodeGroup]:
             if count > 0:
                 vendor, gpus = name, count
                 break
-        members.append((node["metadata"]["name"], vendor, gpus))
+        zone = ((node["metadata"].get("labels") or {}).get(ZONE_LABEL) or None)
+        members.append((node["metadata"]["name"], vendor, gpus,
+                         check_datacenter(str(zone), f"node {node['metadata']['name']}") if zone else None))
     return _group(members)
 
 

@@ -15,6 +15,7 @@ from core.nodes import facts as node_facts
 from core.schema.endpoints import check_host, check_port, check_user, parse_endpoint
 from core.errors import GeotrainError, InvalidInput
 from core.nodes.known_hosts import KnownHosts
+from core.domain.datacenters import check_datacenter
 from core.domain.records import NAME_RE, Node
 from core.nodes.status import NodeStatus, status_for
 from core.state.node_records import add_nodes, get_node, list_nodes, remove_node, update_node
@@ -204,6 +205,8 @@ def _check_address(req: ImportRequest, where: str) -> None:
         check_user(req.username, f"username of {req.name}")
         if req.jump:
             parse_endpoint(req.jump, req.username)
+        if req.datacenter:  # it becomes the node's Kubernetes zone label
+            check_datacenter(req.datacenter, f"node {req.name}")
     except InvalidInput as exc:
         raise InvalidInput(f"{where}{exc.message}", exc.hint) from None
 

@@ -126,12 +126,21 @@ def sync_seconds(exchange: Exchange, net: Network, efficiency: float = DEFAULT_E
     return transfer + exchange.rounds(net.workers) * net.latency_ms / 2000
 
 
+def hierarchical(exchange: Exchange) -> Exchange:
+    """Between datacenters, a quantised payload is reduce-scattered then all-gathered (decoded,
+    summed, re-quantised), not all-gathered whole: 2(K-1)/K of one payload per datacenter."""
+    return Exchange("all_reduce", exchange.payload_bytes)
+
+
 def estimate(name: str, preset: dict[str, Any], params: int, compute_s: float, net: Network,
-             efficiency: float = DEFAULT_EFFICIENCY) -> Estimate:
-    """Time per step of `preset` when one step's compute takes `compute_s` seconds."""
+             efficiency: float = DEFAULT_EFFICIENCY, between_datacenters: bool = False) -> Estimate:
+    """Time per step of `preset` when one step's compute takes `compute_s` seconds; with
+    `between_datacenters`, `net.workers` are datacenters exchanging hierarchically."""
     if compute_s <= 0:
         raise InvalidInput(f"step time must be positive, not {compute_s}", "pass --step-time SECONDS (> 0)")
     exchange = exchange_for(preset, params)
+    if between_datacenters:
+        exchange = hierarchical(exchange)
     h = 1 if preset.get("algorithm") == "ddp" else max(1, int(preset.get("inner_steps", 1)))
     sync = sync_seconds(exchange, net, efficiency)
     step = compute_s + sync / h
@@ -173,7 +182,8 @@ class Plan:
 
 
 def plan(presets: dict[str, dict[str, Any]], params: int, compute_s: float, net: Network,
-         target: float = DEFAULT_TARGET, efficiency: float = DEFAULT_EFFICIENCY) -> Plan:
+         target: float = DEFAULT_TARGET, efficiency: float = DEFAULT_EFFICIENCY,
+         between_datacenters: bool = False) -> Plan:
     """Estimate every preset (table order = least to most compression) and pick the least compressed
     one that reaches `target` utilization, preferring no overlap; else the best there is."""
     if params <= 0:
@@ -181,7 +191,8 @@ def plan(presets: dict[str, dict[str, Any]], params: int, compute_s: float, net:
     if not 0 < target <= 1:
         raise InvalidInput(f"target utilization must be in (0, 1], not {target}", "e.g. --target 0.95")
     result = Plan(network=net, params=params, compute_s=compute_s, target=target)
-    result.estimates = [estimate(name, p, params, compute_s, net, efficiency) for name, p in presets.items()]
+    result.estimates = [estimate(name, p, params, compute_s, net, efficiency, between_datacenters)
+                        for name, p in presets.items()]
     for e in result.estimates:
         for overlap in (False, True):
             if (e.utilization_overlap if overlap else e.utilization) >= target:

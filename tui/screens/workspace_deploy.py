@@ -18,7 +18,8 @@ from core.domain import recipe_catalog
 from core.state.cluster_records import list_clusters
 from core.errors import GeotrainError, InvalidInput
 from core.domain.records import TEMPLATES
-from core.planner.cluster_inputs import plan_for_cluster
+from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
+from core.planner.datacenter_inputs import DEFAULT_STEPS, choose_for_cluster
 from core.requirements.check import check_before_deploy
 from core.workspaces import DEFAULTS, DeployRequest, check_token
 from tui.widgets.form_field import FormField
@@ -113,21 +114,31 @@ class DeployScreen(GeotrainScreen):
             self._sizes(event.value)
 
     @on(Select.Changed, "#cluster, #size, #preset")
-    @on(Input.Changed, "#workers")
+    @on(Input.Changed, "#workers, #steps")
     def _choices_changed(self) -> None:
         cluster, model, size = self._value("#cluster"), self._value("#model"), self._value("#size")
         workers = self.query_one("#workers", Input).value.strip()
+        steps = self.query_one("#steps", Input).value.strip()
         if cluster and model and size and workers.isdigit() and int(workers) > 0:
-            self._advise(cluster, model, size, int(workers))
+            self._advise(cluster, model, size, int(workers), int(steps) if steps.isdigit() and int(steps) else None)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="plan", name="Planning")
-    def _advise(self, cluster: str, model: str, size: str, workers: int) -> None:
-        """The WAN planner's pick for these choices (step time assumed unless measured)."""
+    def _advise(self, cluster: str, model: str, size: str, workers: int, steps: int | None = None) -> None:
+        """The WAN planner's pick for these choices (step time assumed unless measured), and
+        on a cluster in several datacenters, which of them to use."""
         try:
             plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
             text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size})"
         except GeotrainError as exc:
             text = f"Planner: no estimate ({exc.message})"
+        try:
+            sites = choose_for_cluster(self.app.service.store, cluster, model, size,
+                                       steps=steps or DEFAULT_STEPS)
+            if sites:
+                text += f"\nDatacenters: {sites.reason()} ({steps or DEFAULT_STEPS} steps, " \
+                        f"{DEFAULT_STEP_S:g} s/step assumed)"
+        except GeotrainError as exc:
+            text += f"\nDatacenters: no choice ({exc.message})"
         self.post_message(PlanAdvice(text))
 
     @on(PlanAdvice)
