@@ -28,6 +28,11 @@ MAX_NUMBER = 10 ** 15  # no count, step, rank or time in an event comes near thi
 _COUNTS = ("done", "total", "seconds", "step", "outer_step", "rank", "world")  # never negative
 
 
+def one_line(text: str) -> str:
+    """Text from a worker, a pod or an API, safe to print: control characters become spaces."""
+    return _CONTROL.sub(" ", str(text))
+
+
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a number an event carries")
 
