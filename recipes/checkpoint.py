@@ -37,11 +37,29 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+MAX_AGREED_STEPS = 4096  # the newest checkpoints a rank offers when the group agrees on one
+
+
 def common_step(mine: int | None, complete: list[int], world_size: int) -> int | None:
     """The newest step every rank holds complete (agreed over the group); `mine` when alone."""
     if world_size == 1 or not dist.is_initialized():
         return mine
-    everyone: list = [None] * world_size
-    dist.all_gather_object(everyone, sorted(complete))
-    common = set.intersection(*(set(s) for s in everyone))
+    everyone = _gather_steps(sorted(complete)[-MAX_AGREED_STEPS:], world_size)
+    common = set.intersection(*everyone)
     return max(common) if common else None
+
+
+def _gather_steps(steps: list[int], world_size: int) -> list[set[int]]:
+    """Every rank's step numbers, as int64 tensors (lengths first, then padded with -1):
+    nothing a peer sends is unpickled, as all_gather_object would."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    count = torch.tensor([len(steps)], dtype=torch.int64, device=device)
+    counts = [torch.zeros_like(count) for _ in range(world_size)]
+    dist.all_gather(counts, count)
+    width = max(1, min(MAX_AGREED_STEPS, max(int(c) for c in counts)))
+    mine = torch.full((width,), -1, dtype=torch.int64, device=device)
+    if steps:
+        mine[:len(steps)] = torch.tensor(steps, dtype=torch.int64, device=device)
+    gathered = [torch.zeros_like(mine) for _ in range(world_size)]
+    dist.all_gather(gathered, mine)
+    return [{int(v) for v in t.tolist() if v >= 0} for t in gathered]

@@ -81,6 +81,9 @@ def layout(places: list[tuple[int, int]], count: int, size: int) -> tuple[list[l
     wan = [[0] * count for _ in range(size)]
     seen = set()
     for global_rank, (index, dc_rank) in enumerate(places):
+        if not (0 <= index < count and 0 <= dc_rank < size):
+            raise TopologyError(f"worker {global_rank} claims datacenter {index} rank {dc_rank}: outside "
+                                f"{count} datacenters of {size} workers each")
         if (index, dc_rank) in seen:
             raise TopologyError(f"two workers claim datacenter {index} rank {dc_rank}")
         seen.add((index, dc_rank))

@@ -42,6 +42,9 @@ JOB_PHASES = {
     "Aborted": Status.FAILED, "Terminated": Status.FAILED, "Failed": Status.FAILED,
 }
 PHASE_TAIL_LINES = 200  # enough of a starting pod's log to find its last data/rendezvous event
+PHASE_TAIL_BYTES = 256 * 1024  # ... and no more bytes of it, however long a worker's lines are
+METRICS_TAIL_BYTES = 4 * 1024 * 1024
+EVENT_LIMIT = 1000  # pod events read per poll: a busy namespace's list stays bounded
 
 
 class KubernetesBackend(Backend):
@@ -307,8 +310,8 @@ class KubernetesBackend(Backend):
         """The namespace's pod events (best effort: without them pulls show as PENDING)."""
         try:
             response = client.CoreV1Api(self.api).list_namespaced_event(
-                self.namespace, field_selector="involvedObject.kind=Pod", _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT)
+                self.namespace, field_selector="involvedObject.kind=Pod", limit=EVENT_LIMIT,
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, *NETWORK_ERRORS):
             return []
         return read_json(response).get("items", [])
@@ -317,7 +320,7 @@ class KubernetesBackend(Backend):
         try:
             response = client.CoreV1Api(self.api).read_namespaced_pod_log(
                 pod_name, self.namespace, container=CONTAINER, tail_lines=PHASE_TAIL_LINES,
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                limit_bytes=PHASE_TAIL_BYTES, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, *NETWORK_ERRORS):
             return None
         return response.data.decode("utf-8", "replace").splitlines()
@@ -365,7 +368,7 @@ class KubernetesBackend(Backend):
             with self._errors(f"reading the log of {pod_name}"):
                 response = client.CoreV1Api(self.api).read_namespaced_pod_log(
                     pod_name, self.namespace, container=CONTAINER, tail_lines=METRICS_TAIL_LINES,
-                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                    limit_bytes=METRICS_TAIL_BYTES, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except ApiError:
             return []  # not started yet, or gone
         text = response.data.decode("utf-8", "replace")

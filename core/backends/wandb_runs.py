@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from core.errors import BackendError, InvalidInput
 
 RUN_FILE = "wandb_run.json"
+MAX_RUN_FILE = 64 * 1024  # a few short fields; a bigger file is not the one the recipe wrote
 
 
 def project_for(workspace_id: str) -> str:
@@ -32,6 +34,21 @@ def assign_project(config: dict[str, Any], workspace_id: str) -> None:
         logging["wandb_project"] = project_for(workspace_id)
 
 
+def _read_small_json(path: Path) -> Any:
+    """The JSON in a run file the pod wrote: at most MAX_RUN_FILE bytes, never through a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return {}
+            data = handle.read(MAX_RUN_FILE + 1)
+        if len(data) > MAX_RUN_FILE:
+            return {}
+        return json.loads(data.decode("utf-8", "replace"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+
+
 def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str, Any] | None:
     """What `workspaces show` and the app say about the run; None when W&B is off."""
     logging = config.get("logging") or {}
@@ -41,10 +58,7 @@ def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str,
                             "mode": "not started" if result_files else "in the pods"}
     path = result_files.get(RUN_FILE)
     if path is not None and path.is_file() and not path.is_symlink():
-        try:
-            written = json.loads(path.read_text()[:65536])
-        except (OSError, ValueError):
-            written = {}
+        written = _read_small_json(path)
         if isinstance(written, dict):
             info.update({k: str(v) for k, v in written.items()
                          if k in ("mode", "url", "sync_dir", "project", "id") and v})

@@ -9,6 +9,7 @@ from core.backends.export import human_bytes
 from core.backends import wandb_runs
 from core.cli.output import dump_json
 from core.cli.prompts import _interactive
+from core.domain.run_events import one_line
 from core.workspaces import WorkspaceService, check_token
 
 
@@ -38,7 +39,8 @@ def cmd_export(args) -> int:
         print(f"Checkpoints NOT exported: {manifest['checkpoints_not_copied']}. They stay in the "
               "workspace's volume until it is deleted; recovery.hf_repo keeps a copy on the HF Hub.")
     if manifest["skipped"]:
-        shown = ", ".join(manifest["skipped"][:5]) + (" …" if len(manifest["skipped"]) > 5 else "")
+        shown = ", ".join(one_line(name) for name in manifest["skipped"][:5])  # names the pod chose
+        shown += " …" if len(manifest["skipped"]) > 5 else ""
         print(f"Skipped {len(manifest['skipped'])} links or other non-checkpoint files (never followed): {shown}")
     if steps:
         print(f"Continue it with `geotrain workspaces deploy distributed-training --resume-from {args.dir}`.")

@@ -4,7 +4,10 @@ Workers print an event line when something happens that a person or the app shou
 (data being prepared, waiting for peers, joined, recovered, an outer step averaged over
 fewer workers). Here they become one readable line for the log view and `workspaces
 logs`, and each worker's phase (PREPARING_DATA, RENDEZVOUS, RUNNING) for the workspace's
-status. A line that only looks like an event (bad JSON, no kind) is left as it is.
+status. A line that only looks like an event (bad JSON, no kind, a number that is not
+finite or out of range) is left as it is. Any worker output can imitate an event line, so events
+drive display state only, and nothing here may raise on one: a line that breaks the wording is
+shown raw and leaves the phase as it was.
 """
 
 from __future__ import annotations
@@ -21,6 +24,29 @@ MARK = "▸ "  # what an event's readable line starts with, in the log view and 
 MAX_EVENT_CHARS = 4000  # an event is small; a longer line is not one of ours
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _PREFIX = re.compile(r"\[default\d+\]:|\[rank \d+\]")  # torchrun's --tee prefix, or ours
+MAX_NUMBER = 10 ** 15  # no count, step, rank or time in an event comes near this
+_COUNTS = ("done", "total", "seconds", "step", "outer_step", "rank", "world")  # never negative
+
+
+def one_line(text: str) -> str:
+    """Text from a worker, a pod or an API, safe to print: control characters become spaces."""
+    return _CONTROL.sub(" ", str(text))
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number an event carries")
+
+
+def _sane_numbers(event: dict) -> bool:
+    """Every top-level number finite and bounded, the counts non-negative."""
+    for key, value in event.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not -MAX_NUMBER <= value <= MAX_NUMBER:  # also False for NaN
+            return False
+        if key in _COUNTS and value < 0:
+            return False
+    return True
 
 
 def parse_event(line: str) -> dict | None:
@@ -32,12 +58,12 @@ def parse_event(line: str) -> dict | None:
     if prefix and not _PREFIX.fullmatch(prefix):
         return None
     try:
-        event = json.loads(line[start + len(EVENT_PREFIX):])
+        event = json.loads(line[start + len(EVENT_PREFIX):], parse_constant=_no_constant)
     except (ValueError, RecursionError):
         return None
     if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
         return None
-    return event
+    return event if _sane_numbers(event) else None
 
 
 def _n(value) -> str:
@@ -113,7 +139,12 @@ def readable(line: str) -> str | None:
     """The readable form of an event line, on one line (control characters a value decoded to
     — newlines, escape sequences — become spaces); None when it is not a well-formed event."""
     event = parse_event(line)
-    return _CONTROL.sub(" ", describe(event)) if event is not None else None
+    if event is None:
+        return None
+    try:
+        return _CONTROL.sub(" ", describe(event))
+    except Exception:  # noqa: BLE001 - a worker's line must never stop the reader; show it raw
+        return None
 
 
 # phases ------------------------------------------------------------------------
@@ -131,8 +162,12 @@ class WorkerPhase:
         before = (self.status, self.detail)
         event = parse_event(line)
         if event is not None:
-            self._event(event)
-            self.detail = _CONTROL.sub(" ", self.detail)
+            try:
+                self._event(event)
+                self.detail = _CONTROL.sub(" ", self.detail)
+            except Exception:  # noqa: BLE001 - a worker's line must never stop the reader
+                self.status, self.detail = before
+                return False
         elif self.status != Status.RUNNING.value or self.step is None:
             match = STEP_LINE.search(line)
             if match:

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from core.domain.records import Status
-from core.domain.run_events import WorkerPhase
+from core.domain.run_events import WorkerPhase, one_line
 from core.kubernetes.pod_logs import container_status
 
 PULL_STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -60,7 +60,7 @@ def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) ->
         message = waiting.get("message") or next(
             (e.get("message") for e in reversed(events) if e.get("reason") in ("Failed", "BackOff")), "")
         said = f": {message}" if message else ""
-        return Status.PULLING.value, f"stuck: {reason} on {node}{said} — {PULL_HINT}"
+        return Status.PULLING.value, one_line(f"stuck: {reason} on {node}{said} — {PULL_HINT}")
     if reason not in STARTING and (pod.get("status") or {}).get("phase") != "Pending":
         return None
     pulls = [e for e in events if e.get("reason") in ("Pulling", "Pulled")]
@@ -69,7 +69,7 @@ def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) ->
     started = _event_time(pulls[-1])
     took = f" for {_duration(now - started)}" if started else ""
     image = (pulls[-1].get("message") or "").removeprefix("Pulling image ").strip('"') or "the image"
-    return Status.PULLING.value, f"pulling {image} on {node}{took}"
+    return Status.PULLING.value, one_line(f"pulling {image} on {node}{took}")
 
 
 def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list[str] | None,

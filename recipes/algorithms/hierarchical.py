@@ -184,12 +184,19 @@ class HierarchicalDiLoCo(DiLoCo):
         self.lan.after_backward()
 
 
+def places(topology: Topology) -> list[tuple[int, int]]:
+    """Every rank's (datacenter index, rank in it), exchanged as plain int64 tensors: nothing a
+    peer sends is unpickled (all_gather_object would)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    mine = torch.tensor([topology.index, topology.rank], dtype=torch.int64, device=device)
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    return [(int(t[0]), int(t[1])) for t in gathered]  # layout() refuses a place out of range
+
+
 def groups(topology: Topology) -> tuple[GroupWire, GroupWire]:
     """(LAN wire, WAN wire) of this rank; a collective: every rank calls it, in the same order."""
-    me = (topology.index, topology.rank)
-    places: list = [None] * dist.get_world_size()
-    dist.all_gather_object(places, me)
-    lan_ranks, wan_ranks = layout([tuple(p) for p in places], topology.count, topology.size)
+    lan_ranks, wan_ranks = layout(places(topology), topology.count, topology.size)
     lan = wan = None
     for ranks in lan_ranks:  # new_group is collective: all ranks create all groups
         group = dist.new_group(ranks)

@@ -123,3 +123,47 @@ def test_the_workspace_state_names_who_holds_it_up():
                    ["worker-0", "worker-2", "worker-10"]) == ("RUNNING", "2 of 3 training; not yet: worker-2")
     assert combine({"worker-0": running, "worker-1": running}, ["worker-0", "worker-1"]) == ("RUNNING", "")
     assert combine({}, ["worker-0"]) == ("PENDING", "")
+
+
+HOSTILE = [
+    'geotrain-event {"kind": "data", "done": Infinity, "total": 1}',
+    'geotrain-event {"kind": "data", "done": -Infinity, "total": 1}',
+    'geotrain-event {"kind": "data", "done": NaN, "total": 1}',
+    'geotrain-event {"kind": "data", "done": 1e308, "total": 1e-308}',  # the quotient overflows
+    'geotrain-event {"kind": "data", "done": %d, "total": 1}' % 10 ** 300,
+    'geotrain-event {"kind": "data", "done": 1, "total": %d}' % 10 ** 20,
+    'geotrain-event {"kind": "data", "done": -5, "total": 10}',
+    'geotrain-event {"kind": "joined", "rank": -1, "step": 3}',
+    'geotrain-event {"kind": "data", "done": 1, "total": 2, "x": ' + "[" * 1500 + "]" * 1500 + "}",
+    "[rank 0] geotrain-event " + '{"kind": "data", "done": 1, "pad": "' + "a" * 10000 + '"}',
+    "geotrain-event " + "9" * 5000,
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_a_hostile_event_line_is_shown_raw_and_never_raises(text):
+    """A worker can print anything: a line with a number that is not finite, out of range or
+    negative, nested too deep or too long is not an event, and leaves the phase as it was."""
+    assert run_events.readable(text) is None
+    phase = WorkerPhase()
+    assert phase.feed(text) is False
+    assert (phase.status, phase.detail) == ("PENDING", "")
+
+
+def test_wrong_types_in_an_event_still_give_one_line_without_raising():
+    text = line("data", done={"a": 1}, total="x", source=[1], unit=None, seconds="soon")
+    assert "\n" not in run_events.readable(text)
+    phase = WorkerPhase()
+    phase.feed(text)
+    assert phase.status == "PREPARING_DATA"
+
+
+def test_a_line_the_wording_cannot_handle_is_shown_raw_and_keeps_the_phase(monkeypatch):
+    def broken(event):
+        raise OverflowError("the wording broke")
+    monkeypatch.setattr(run_events, "data_detail", broken)
+    text = line("data", stage="progress", done=1, total=2)
+    assert run_events.readable(text) is None
+    phase = WorkerPhase(status="RENDEZVOUS", detail="waiting for peers")
+    assert phase.feed(text) is False
+    assert (phase.status, phase.detail) == ("RENDEZVOUS", "waiting for peers")

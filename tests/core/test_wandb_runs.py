@@ -147,3 +147,35 @@ def test_sync_command_never_carries_the_key_in_argv(offline_run):
     with pytest.raises(BackendError) as caught:
         wandb_runs.sync(info, KEY, run=refused)
     assert KEY not in str(caught.value) and "***" in str(caught.value)
+
+
+def test_the_run_file_is_read_bounded_and_never_through_a_link(tmp_path, monkeypatch):
+    """The pod writes wandb_run.json: an oversized one, or a link (even one swapped in after
+    the check), gives no run fields and is read no further than the limit."""
+    config = {"logging": {"wandb_project": "p"}}
+    run_file = tmp_path / "wandb_run.json"
+    run_file.write_text(json.dumps({"mode": "online", "url": "https://wandb.ai/a/b"}))
+    assert wandb_runs.describe({"wandb_run.json": run_file}, config)["url"] == "https://wandb.ai/a/b"
+
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"mode": "online", "url": "u", "pad": "x" * (2 * wandb_runs.MAX_RUN_FILE)}))
+    reads = []
+    real_fdopen = os.fdopen
+
+    def recording(fd, *args, **kwargs):
+        handle = real_fdopen(fd, *args, **kwargs)
+        real_read = handle.read
+        handle.read = lambda n=-1: reads.append(n) or real_read(n)
+        return handle
+    monkeypatch.setattr(wandb_runs.os, "fdopen", recording)
+    assert "url" not in wandb_runs.describe({"wandb_run.json": big}, config)
+    assert reads == [wandb_runs.MAX_RUN_FILE + 1]
+    monkeypatch.undo()
+
+    secret = tmp_path / "elsewhere.json"
+    secret.write_text(json.dumps({"mode": "online", "url": "https://leak"}))
+    link = tmp_path / "link.json"
+    link.symlink_to(secret)
+    assert "url" not in wandb_runs.describe({"wandb_run.json": link}, config)
+    monkeypatch.setattr(Path, "is_symlink", lambda self: False)  # the link swapped in after the check
+    assert wandb_runs._read_small_json(link) == {}

@@ -346,7 +346,10 @@ class _Handler(BaseHTTPRequestHandler):
                 items = [o for (r, n, _), o in sorted(fake.objects.items())
                          if r == res and n == ns and _matches(o, query.get("labelSelector", ""))
                          and _fields_match(o, query.get("fieldSelector", ""))]
-                return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
+                meta: dict = {}
+                if int(query.get("limit") or 0) and len(items) > int(query["limit"]):  # a first page only
+                    items, meta = items[:int(query["limit"])], {"continue": "more", "remainingItemCount": 1}
+                return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items})
             if key not in fake.objects:
                 return self._send(404, _status(404, "NotFound", f'{res} "{name}" not found'))
             if method == "DELETE":
@@ -375,7 +378,8 @@ class _Handler(BaseHTTPRequestHandler):
             with fake.cond:
                 text = b"".join(data for _, data in buffer.chunks)
             lines = text.splitlines(keepends=True)[-int(query["tailLines"]):]
-            return self._send(200, b"".join(lines))
+            limit = int(query.get("limitBytes") or 0) or None  # the kubelet cuts the tail's output
+            return self._send(200, b"".join(lines)[:limit])
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")

@@ -102,3 +102,20 @@ def test_checkpoints_of_running_pods_are_merged_and_hostile_members_skipped(fake
             "checkpoints/notes.txt"} <= set(manifest["skipped"])
     assert not (tmp_path / "escape.pt").exists() and not list(dest.rglob("*.txt"))
     assert "Skipped" in out and "Continue it with" in out
+
+
+def test_skipped_member_names_reach_the_terminal_without_control_characters(capsys, monkeypatch):
+    """The pod names its tar members: an escape sequence in one is printed as spaces.
+    (A stand-in service returns the manifest; the export itself is tested above.)"""
+    from types import SimpleNamespace
+
+    from core.cli import workspace_results
+
+    class StandInService:
+        def export(self, workspace_id, directory):
+            return {"files": {}, "checkpoint_steps": [], "checkpoints_copied": True,
+                    "skipped": ["checkpoints/a\x1b[2J\x1b]0;owned\x07b\nc.txt"]}
+    monkeypatch.setattr(workspace_results, "WorkspaceService", StandInService)
+    assert workspace_results.cmd_export(SimpleNamespace(id="ws", dir="d", json=False)) == 0
+    out = capsys.readouterr().out
+    assert "checkpoints/a [2J ]0;owned b c.txt" in out and "\x1b" not in out and "\x07" not in out

@@ -90,3 +90,38 @@ def test_events_are_listed_per_namespace_by_kind(fake, tmp_path, geotrain_home):
     assert [e["involvedObject"]["name"] for e in events] == ["some-pod"]
     assert any(q.get("fieldSelector") == "involvedObject.kind=Pod" for _, p, q in fake.requests
                if p.endswith("/events"))
+
+
+def test_hostile_pod_output_is_read_bounded_and_never_breaks_status(fake, tmp_path, geotrain_home):
+    """A pull error with escape sequences, a worker printing a non-finite event and a huge
+    line: status() still answers, on one line, and every read is bounded (limit, limitBytes)."""
+    cluster = Cluster(name="dc", kind="kubernetes", config={"context": "fake-ctx", "node_groups": CPU_NODES},
+                      kubeconfig_path=write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-hx", make_spec(cluster="dc", workers=2), {})
+    master = fake.add_pod("gt-ws-hx", "master", 0, running=False)
+    worker = fake.add_pod("gt-ws-hx", "worker", 0, running=False)
+    fake.pull_image(worker, "gpu-b", IMAGE)
+    fake.fail_pull(worker, "ErrImagePull", "denied\x1b[2J\x1b]0;owned\x07\nfake: line")
+    fake.start_container(master)
+    fake.write_log(master, b'geotrain-event {"kind": "data", "done": Infinity, "total": 1}\n')
+    fake.write_log(master, b"x" * (300 * 1024) + b"\n")
+    fake.write_log(master, b'geotrain-event {"kind": "data", "done": 1e308, "total": 1e-308}\n')
+    state = backend.status("ws-hx")
+    assert state.status == "PULLING"
+    assert "denied [2J ]0;owned  fake: line" in state.reason
+    assert not any(ch in state.reason for ch in "\x1b\x07\n")
+    assert state.workers[0].status == "RENDEZVOUS"  # started; no readable event
+    logs = [q for _, p, q in fake.requests if p.endswith("/log")]
+    events = [q for _, p, q in fake.requests if p.endswith("/events")]
+    assert logs and all(int(q["limitBytes"]) == 256 * 1024 for q in logs)
+    assert events and all(int(q["limit"]) > 0 for q in events)
+
+
+def test_the_events_list_is_one_bounded_page(fake, tmp_path, geotrain_home, monkeypatch):
+    cluster = Cluster(name="dc", kind="kubernetes", config={"context": "fake-ctx", "node_groups": CPU_NODES},
+                      kubeconfig_path=write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+    monkeypatch.setattr("core.backends.kubernetes.EVENT_LIMIT", 3)
+    for i in range(5):
+        fake.add_event(f"pod-{i}", "Pulling", 'Pulling image "x"')
+    assert len(KubernetesBackend(cluster)._events()) == 3

@@ -73,6 +73,8 @@ def test_topology_from_env_and_from_datacenters():
     assert lan == [[3, 1], [0, 2]] and wan == [[3, 0], [1, 2]]
     with pytest.raises(TopologyError, match="claim"):
         layout([(0, 0), (0, 0)], 1, 2)
+    with pytest.raises(TopologyError, match="outside"):  # a peer's place out of range (or negative)
+        layout([(0, 0), (-1, 1)], 1, 2)
 
 
 def test_two_datacenters_of_two_workers_train_as_two_replicas(probe_run):
