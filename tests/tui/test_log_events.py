@@ -32,7 +32,7 @@ def test_events_read_as_events_and_e_hides_them(app, seeded):
             app.push_screen(WorkspaceDetailScreen(states.RUNNING_ID))
             await on_screen(pilot, WorkspaceDetailScreen)
             view = app.screen.query_one(LogView)
-            await until(pilot, lambda: view.line_count == 28 + len(EVENTS) + 1)
+            await until(pilot, lambda: view.line_count == states.log_line_count(states.RUNNING_UPTO) + len(EVENTS) + 1)
             keys = {(k.key, k.description) for k in app.screen.query(FooterKey)}
             assert ("e", "Events") in keys
             shown = [text for _, text, _ in view._lines]
