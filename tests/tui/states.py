@@ -92,9 +92,19 @@ def worker_lines(worker: int, upto: int | None = None) -> list[str]:
     return lines[:last + 1]
 
 
+def completed_loss() -> float:
+    """The recorded run's final held-out loss (what the local backend shows as its last loss)."""
+    return round(json.loads((REAL_RUN / "out" / "result.json").read_text())["eval_loss"], 4)
+
+
 def log_line_count(upto: int | None = None) -> int:
     """Lines in both workers' logs (what the log view shows), to `upto` steps."""
     return sum(len(worker_lines(w, upto)) for w in (0, 1))
+
+
+def event_line_count(upto: int | None = None) -> int:
+    """The `geotrain-event` lines among them (what `e` hides in the log view)."""
+    return sum(parse_event(line) is not None for w in (0, 1) for line in worker_lines(w, upto))
 
 
 def write_real_run(home: Path, workspace_id: str, started: float, upto: int | None = None) -> Path:
@@ -205,9 +215,10 @@ def seed(home: Path, running: bool = True) -> tuple[WorkspaceService, list[subpr
     save_cluster(store, Cluster(name="eu-west", kind="geotrain"), create=True)
     run = write_real_run(home, COMPLETED_ID, NOW - 7200)
     _insert(store, COMPLETED_ID, spec("local", "gpt-neo"), "COMPLETED", NOW - 7200, run,
-            round(metrics_rows()[-1]["loss"], 4))
+            completed_loss())
     failed = home / "workspaces" / FAILED_ID
     (failed / "logs").mkdir(parents=True)
+    (failed / "out").mkdir()
     (failed / "launch.json").write_text(json.dumps({"workspace_id": FAILED_ID}))
     (failed / "logs" / "launcher.log").write_text("ValueError: dataset 'ogbn-arxiv' not found\n")
     (failed / "exit_code").write_text("1")
