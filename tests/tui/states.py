@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from core.backends.wandb_runs import assign_project
 from core.backends.local.run_history import RunHistory, read_history
 from core.domain.run_events import parse_event
 from core.nodes import facts
@@ -38,7 +38,7 @@ def spec(cluster: str, model: str, size: str = "tiny", preset: str = "medium",
 
 
 REAL_RUN = Path(__file__).resolve().parent / "fixtures" / "real_run"
-SHOWN_HOME = "~/.local/share/geotrain"  # where a user's run dirs are (the default data dir)
+SHOWN_HOME = "/home/ada/.local/share/geotrain"  # a user's run dirs (the default data dir)
 RUNNING_UPTO = 60  # the live workspace: the recorded run cut after this step
 
 
@@ -134,6 +134,7 @@ def write_real_run(home: Path, workspace_id: str, started: float, upto: int | No
 
 def _insert(store: Store, workspace_id: str, ws_spec: WorkspaceSpec, status: str,
             created: float, run_dir: Path | None, last_loss: float | None) -> None:
+    assign_project(ws_spec.config, workspace_id)  # as a deploy does: one W&B project each
     with store.write() as conn:
         conn.execute("INSERT INTO workspaces(id, cluster, spec, status, run_dir, last_loss,"
                      " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?)",
@@ -172,6 +173,9 @@ def write_replayed_run(home: Path, workspace_id: str, started: float, until) -> 
     for at, worker, line in printed_in_order(workspace_id, started):
         with open(run_dir / "logs" / f"{worker}.log", "a") as handle:
             handle.write(line + "\n")
+        if "W&B offline run in" in line:  # the recipe writes its run file as it says so
+            (run_dir / "out" / "wandb_run.json").write_text(
+                real_text("out/wandb_run.json", workspace_id, started))
         history.worker_line(worker, line)
         stamps += [at] * (len(read_history(run_dir)) + 1 - len(stamps))
         if until(history):

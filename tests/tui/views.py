@@ -32,6 +32,16 @@ def _rows(app) -> int:
 async def workspaces(pilot) -> None:
     await on_screen(pilot, WorkspacesScreen)
     await until(pilot, lambda: _rows(pilot.app) == 4)
+    await redrawn(pilot)
+
+
+async def redrawn(pilot) -> None:
+    """The table drawn afresh with its measured columns: a row drawn before the columns were
+    measured (the cursor row, on a loaded machine) was kept squeezed in the table's cache."""
+    table = pilot.app.screen.query_one("DataTable")
+    table._clear_caches()
+    table.refresh()
+    await pilot.pause()
 
 
 async def workspaces_light(pilot) -> None:
@@ -67,6 +77,7 @@ async def workspace_states(pilot) -> None:
     await until(pilot, lambda: _rows(pilot.app) == 6
                 and {"PREPARING_DATA", "RENDEZVOUS"} <= _status_cells(pilot.app))
     await pilot.press("home")
+    await redrawn(pilot)
 
 
 async def workspace_rendezvous(pilot) -> None:
@@ -153,8 +164,9 @@ async def error_modal(pilot) -> None:
     from core.errors import BackendError
 
     await workspaces(pilot)
+    run_dir = f"{states.SHOWN_HOME}/workspaces/{states.PREPARING_ID}"  # the local backend's own words
     pilot.app.push_screen(ErrorScreen("Deploy failed", BackendError(
-        "the local supervisor did not start", "see ~/.local/share/geotrain/workspaces/x/logs")))
+        "the local supervisor did not start", f"see {run_dir}/logs/supervisor.log")))
     await on_screen(pilot, ErrorScreen)
 
 
