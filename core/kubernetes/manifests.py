@@ -54,8 +54,7 @@ WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
 # resolves as soon as the master pod has an IP (the svc plugin publishes not-ready
 # addresses), long before a far-away image pull ends; a worker that started torchrun then
 # would spend the store's read_timeout and crash-loop (volcano#3753, issue 17.6).
-WAIT_FOR_RDZV = """\
-py=$(command -v python3 || command -v python) || { echo "geotrain: the image has no python" >&2; exit 1; }
+WAIT_FOR_RDZV = delivery.FIND_PYTHON + """\
 "$py" - <<'GEOTRAIN_WAIT' || exit 1
 import json, os, socket, sys, time
 host, port = os.environ["GEOTRAIN_RDZV_HOST"], int(os.environ["GEOTRAIN_RDZV_PORT"])

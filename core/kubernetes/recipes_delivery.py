@@ -58,6 +58,8 @@ POD_UID = 1000
 # Installs the dependencies once per node: the first pod takes the lock and installs into a
 # fresh directory, renamed into place when complete; the others wait on the lock, then find
 # it done. Runs as the pod's user; stdout says what happens (the log view shows it).
+FIND_PYTHON = 'py=$(command -v python3 || command -v python) || { echo "geotrain: the image has no python" >&2; exit 1; }\n'
+
 INSTALL_DEPS = """\
 "$py" - <<'GEOTRAIN_DEPS' || exit 1
 import fcntl, os, shutil, subprocess, sys
@@ -245,21 +247,34 @@ def add_delivery(pod: dict[str, Any], container: dict[str, Any], image: str, del
     deps = f"{DEPS_MOUNT}/{deps_key(image)}"
     pod["volumes"].append({"name": "pydeps", "hostPath": {"path": DEPS_HOST_PATH, "type": "DirectoryOrCreate"}}
                           if node_dirs else {"name": "pydeps", "emptyDir": {}})
-    container["volumeMounts"].append({"name": "pydeps", "mountPath": DEPS_MOUNT})
+    install_env = [{"name": "GEOTRAIN_DEPS_DIR", "value": deps},
+                   {"name": "GEOTRAIN_REQUIREMENTS", "value": " ".join(REQUIREMENTS)}]
+    index = cluster_config.get("pip_index_url")
+    if index:
+        install_env.append({"name": "PIP_INDEX_URL", "value": _index_url(index)})
     env += [{"name": "PYTHONPATH", "value": f"{SOURCE_DIR}:{deps}"},
-            {"name": "GEOTRAIN_DEPS_DIR", "value": deps},
-            {"name": "GEOTRAIN_REQUIREMENTS", "value": " ".join(REQUIREMENTS)},
             # uid 1000 has no passwd entry in the upstream images: getpass.getuser() (wandb,
             # torch's caches) reads these first, and pip needs a writable home
             {"name": "HOME", "value": "/workspace"}, {"name": "USER", "value": "geotrain"},
             {"name": "LOGNAME", "value": "geotrain"}]
-    index = cluster_config.get("pip_index_url")
-    if index:
-        env.append({"name": "PIP_INDEX_URL", "value": _index_url(index)})
-    if node_dirs:
-        owned.append(DEPS_MOUNT)
     _owner(pod, image, owned)
-    return INSTALL_DEPS
+    if not node_dirs:  # a per-pod emptyDir: the pod installs for itself, nobody else reads it
+        env += install_env
+        container["volumeMounts"].append({"name": "pydeps", "mountPath": DEPS_MOUNT})
+        return INSTALL_DEPS
+    # The node cache is shared by every later workspace on the node, and on their PYTHONPATH:
+    # a root step (no capabilities) installs it, the trainer (uid 1000) only reads it, so code
+    # running in one workspace cannot plant a module another imports.
+    container["volumeMounts"].append({"name": "pydeps", "mountPath": DEPS_MOUNT, "readOnly": True})
+    pod.setdefault("initContainers", []).append({
+        "name": "install-deps", "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", FIND_PYTHON + INSTALL_DEPS],
+        "env": [*install_env, {"name": "HOME", "value": "/tmp"}],
+        "volumeMounts": [{"name": "pydeps", "mountPath": DEPS_MOUNT}],
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+                            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}})
+    return ""
 
 
 def _index_url(value: Any) -> str:

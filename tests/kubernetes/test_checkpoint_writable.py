@@ -148,13 +148,15 @@ def test_a_node_directory_is_handed_to_the_pod_user_by_the_init_step(base):
 
 
 def test_the_node_caches_are_handed_to_the_pod_user_by_their_init_step(base):
-    """The dataset and dependency caches (core.kubernetes.recipes_delivery): node directories
-    kubelet makes root's 0755, chowned by a root step holding only CHOWN, once."""
+    """The dataset cache (core.kubernetes.recipes_delivery): a node directory kubelet makes
+    root's 0755, chowned by a root step holding only CHOWN, once. The dependency cache stays
+    root's: a root install step fills it, the trainer only reads it."""
     from core.kubernetes.recipes_delivery import DATASET_MOUNT, DEPS_MOUNT
 
     (init,) = [c for c in _pod(workers=3)["initContainers"] if c["name"] == "cache-owner"]
     assert init["securityContext"]["capabilities"]["add"] == ["CHOWN"]
-    dirs = {mount: base / "node" / mount.strip("/").replace("/", "-") for mount in (DEPS_MOUNT, DATASET_MOUNT)}
+    assert DEPS_MOUNT not in init["command"][2]
+    dirs = {mount: base / "node" / mount.strip("/").replace("/", "-") for mount in (DATASET_MOUNT,)}
     for path in dirs.values():
         path.mkdir(parents=True, mode=0o755)
     script = init["command"][2]

@@ -71,15 +71,25 @@ def test_the_pods_run_the_upstream_image_with_the_recipes_on_their_python_path(j
     assert _trainer(pods["worker-cpu"])["image"] == UPSTREAM_IMAGES["cpu"]
     for pod in pods.values():
         env = _env(pod)
-        assert env["PYTHONPATH"].split(":")[0] == delivery.SOURCE_DIR
-        assert env["GEOTRAIN_DEPS_DIR"].startswith(delivery.DEPS_MOUNT + "/")
+        (install,) = [c for c in pod["initContainers"] if c["name"] == "install-deps"]
+        install_env = {e["name"]: e["value"] for e in install["env"]}
+        assert env["PYTHONPATH"].split(":") == [delivery.SOURCE_DIR, install_env["GEOTRAIN_DEPS_DIR"]]
+        assert install_env["GEOTRAIN_DEPS_DIR"].startswith(delivery.DEPS_MOUNT + "/")
         assert env["HOME"] == "/workspace" and env["USER"] == "geotrain"  # uid 1000 has no passwd entry
         mounts = {m["name"]: m for m in _trainer(pod)["volumeMounts"]}
         assert mounts["recipes-src"] == {"name": "recipes-src", "mountPath": delivery.SOURCE_DIR, "readOnly": True}
-        script = _trainer(pod)["command"][2]
-        assert script.index("GEOTRAIN_DEPS") < script.index("GEOTRAIN_WAIT") < script.index("exec torchrun")
+        # the node-wide dependency cache is on every later workspace's PYTHONPATH: a root step
+        # without capabilities installs it, the trainer (uid 1000) can only read it
+        assert mounts["pydeps"] == {"name": "pydeps", "mountPath": delivery.DEPS_MOUNT, "readOnly": True}
+        assert install["securityContext"]["runAsUser"] == 0
+        assert install["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert "GEOTRAIN_DEPS" in install["command"][2]
+        assert "GEOTRAIN_DEPS" not in _trainer(pod)["command"][2]
+        owner = next(c for c in pod["initContainers"] if c["name"] == "cache-owner")
+        assert delivery.DEPS_MOUNT not in owner["command"][2]
     # one cache directory per image: the ROCm image's Python differs from the CUDA one's
-    assert _env(pods["worker-amd"])["GEOTRAIN_DEPS_DIR"] != _env(pods["worker-cpu"])["GEOTRAIN_DEPS_DIR"]
+    deps = {name: _env(pods[name])["PYTHONPATH"].split(":")[1] for name in ("worker-amd", "worker-cpu")}
+    assert deps["worker-amd"] != deps["worker-cpu"]
 
 
 def test_a_custom_image_gets_no_configmaps_and_no_install():
@@ -267,6 +277,8 @@ def test_where_node_directories_are_refused_pods_go_without_the_node_caches():
 def test_a_pip_mirror_reaches_the_pods_and_a_bad_one_is_refused():
     cluster = Cluster(name="dc", kind="geotrain", config={"pip_index_url": "https://pypi.example.org/simple"})
     _, job = _render(cluster=cluster)
-    assert all(_env(p)["PIP_INDEX_URL"] == "https://pypi.example.org/simple" for _, p in pod_specs(job))
+    for _, pod in pod_specs(job):
+        (install,) = [c for c in pod["initContainers"] if c["name"] == "install-deps"]
+        assert {"name": "PIP_INDEX_URL", "value": "https://pypi.example.org/simple"} in install["env"]
     with pytest.raises(FieldError, match="pip_index_url"):
         _render(cluster=Cluster(name="dc", kind="geotrain", config={"pip_index_url": "https://x/$(reboot)'"}))
