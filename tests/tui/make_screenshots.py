@@ -18,7 +18,8 @@ async def _shoot(name: str, out_dir: Path) -> Path:
     from tests.tui import states, views
     from tui.app import make_app
 
-    with tempfile.TemporaryDirectory() as tmp:
+    # a released stand-in deploy (wizard-progress) may still write there as the app ends
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         home = Path(tmp) / "home"
         os.environ["GEOTRAIN_HOME"] = str(home)
         service, procs = states.seed(home)

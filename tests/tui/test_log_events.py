@@ -32,7 +32,7 @@ def test_events_read_as_events_and_e_hides_them(app, seeded):
             app.push_screen(WorkspaceDetailScreen(states.RUNNING_ID))
             await on_screen(pilot, WorkspaceDetailScreen)
             view = app.screen.query_one(LogView)
-            await until(pilot, lambda: view.line_count == 28 + len(EVENTS) + 1)
+            await until(pilot, lambda: view.line_count == states.log_line_count(states.RUNNING_UPTO) + len(EVENTS) + 1)
             keys = {(k.key, k.description) for k in app.screen.query(FooterKey)}
             assert ("e", "Events") in keys
             shown = [text for _, text, _ in view._lines]
@@ -45,7 +45,8 @@ def test_events_read_as_events_and_e_hides_them(app, seeded):
             assert rows == view.line_count
 
             await pilot.press("e")
-            await until(pilot, lambda: view.row_count == rows - len(EVENTS))
+            recorded = states.event_line_count(states.RUNNING_UPTO)  # the real run's own events
+            await until(pilot, lambda: view.row_count == rows - len(EVENTS) - recorded)
             assert not any(row[1].startswith("▸ ") for row in view._rows)
             assert any(row[1] == MALFORMED for row in view._rows)
             assert view.border_subtitle.endswith("events hidden")

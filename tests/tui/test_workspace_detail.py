@@ -19,12 +19,13 @@ def test_logs_arrive_from_both_workers_and_following_stops_on_scroll(app, seeded
             app.push_screen(WorkspaceDetailScreen(states.RUNNING_ID))
             await on_screen(pilot, WorkspaceDetailScreen)
             view = app.screen.query_one(LogView)
-            await until(pilot, lambda: view.line_count == 28)
+            base = states.log_line_count(states.RUNNING_UPTO)  # the recorded run, cut at step 60
+            await until(pilot, lambda: view.line_count == base)
             workers = {w for w, *_ in view._lines}
             assert workers == {"worker-0", "worker-1"}
             with open(log1, "a") as handle:  # the workspace keeps writing
                 handle.writelines(f"[rank 1] step {s} loss 2.5\n" for s in range(1000, 1200))
-            await until(pilot, lambda: view.line_count == 228)
+            await until(pilot, lambda: view.line_count == base + 200)
             assert view.following and view.scroll_y == view.max_scroll_y
             assert "step 1199" in view.visible_text()[-1]
             await pilot.press("pageup")
@@ -32,16 +33,16 @@ def test_logs_arrive_from_both_workers_and_following_stops_on_scroll(app, seeded
             top = view.scroll_y
             with open(log1, "a") as handle:
                 handle.writelines(f"[rank 1] step {s} loss 2.4\n" for s in range(1200, 1300))
-            await until(pilot, lambda: view.line_count == 328)
+            await until(pilot, lambda: view.line_count == base + 300)
             assert view.scroll_y == top  # new lines do not move a reader who scrolled up
             await pilot.press("f")
             assert view.following and view.scroll_y == view.max_scroll_y
             status = str(app.screen.query_one("#status").render())
             assert "RUNNING" in status and "worker-1" in status
-            last = states.metrics_rows(60)[-1]
+            last = states.metrics_rows(states.RUNNING_UPTO)[-1]
             await until(pilot, lambda: app.screen.query_one("#loss", LossChart).points != [])
-            assert app.screen.query_one("#loss", LossChart).points[-1] == (60, last["loss"])
-            assert app.screen.query_one("#bytes", LossChart).points[-1] == (60, last["bytes_sent"])
+            assert app.screen.query_one("#loss", LossChart).points[-1] == (states.RUNNING_UPTO, last["loss"])
+            assert app.screen.query_one("#bytes", LossChart).points[-1] == (states.RUNNING_UPTO, last["bytes_sent"])
     asyncio.run(run())
 
 
@@ -51,15 +52,16 @@ def test_filter_search_and_wrap(app):
             app.push_screen(WorkspaceDetailScreen(states.COMPLETED_ID))
             await on_screen(pilot, WorkspaceDetailScreen)
             view = app.screen.query_one(LogView)
-            await until(pilot, lambda: view.line_count == 64 and view.ended)
-            await pilot.press("slash", *"rank 1] step   12 ", "enter")
+            lines = states.log_line_count()
+            await until(pilot, lambda: view.line_count == lines and view.ended)
+            await pilot.press("slash", *"rank 1] step 120/", "enter")
             await until(pilot, lambda: view.row_count == 1)
             assert "worker-1" in view.visible_text()[0]
             await pilot.press("escape")  # leaves the filter
-            await until(pilot, lambda: view.row_count == 64)
-            await pilot.press("s", *"step   10 ", "enter")
+            await until(pilot, lambda: view.row_count == lines)
+            await pilot.press("s", *"step 100/", "enter")
             await until(pilot, lambda: not view.following)
-            assert any("step   10 " in row for row in view.visible_text())
+            assert any("step 100/" in row for row in view.visible_text())
             rows = view.row_count
             await pilot.press("w")
             await until(pilot, lambda: view.row_count > rows)  # long lines fold

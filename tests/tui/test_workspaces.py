@@ -25,7 +25,8 @@ def test_table_shows_every_cluster_with_age_status_and_loss(app):
             await until(pilot, lambda: len(_rows(app)) == 4)
             rows = _rows(app)
             assert rows[states.COMPLETED_ID] == [states.COMPLETED_ID, "local", "gpt-neo tiny",
-                                                 "medium", "COMPLETED", "2h", "1.9229"]
+                                                 "medium", "COMPLETED", "2h",
+                                                 f"{states.completed_loss():.4f}"]
             assert rows[states.REMOTE_ID][1] == "eu-west" and rows[states.REMOTE_ID][5] == "2d"
             assert rows[states.RUNNING_ID][4] == "RUNNING"
             assert rows[states.FAILED_ID][4] == "FAILED"

@@ -32,6 +32,16 @@ def _rows(app) -> int:
 async def workspaces(pilot) -> None:
     await on_screen(pilot, WorkspacesScreen)
     await until(pilot, lambda: _rows(pilot.app) == 4)
+    await redrawn(pilot)
+
+
+async def redrawn(pilot) -> None:
+    """The table drawn afresh with its measured columns: a row drawn before the columns were
+    measured (the cursor row, on a loaded machine) was kept squeezed in the table's cache."""
+    table = pilot.app.screen.query_one("DataTable")
+    table._clear_caches()
+    table.refresh()
+    await pilot.pause()
 
 
 async def workspaces_light(pilot) -> None:
@@ -44,11 +54,39 @@ async def workspace_detail(pilot) -> None:
     pilot.app.push_screen(WorkspaceDetailScreen(states.COMPLETED_ID))
     await on_screen(pilot, WorkspaceDetailScreen)
     view = pilot.app.screen.query_one(LogView)
-    await until(pilot, lambda: view.ended and view.line_count == 64)
+    await until(pilot, lambda: view.ended and view.line_count == states.log_line_count())
     await until(pilot, lambda: view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y)
     await until(pilot, lambda: pilot.app.screen.query_one("#bytes").points != [])
     await until(pilot, lambda: pilot.app.screen.query_one("#loss").points != [])
     await until(pilot, lambda: "COMPLETED" in str(pilot.app.screen.query_one("#status").render()))
+
+
+def _status_cells(app) -> set[str]:
+    table = app.screen.query_one("DataTable")
+    return {str(table.get_row(key)[4]) for key in table.rows}
+
+
+async def workspace_states(pilot) -> None:
+    """Two workspaces still starting, as the local supervisor reports them from the workers'
+    own lines: one preparing its data, one waiting in the rendezvous."""
+    from core.state import paths
+
+    await workspaces(pilot)
+    stop_on_exit(pilot.app, states.seed_starting(paths.home(), pilot.app.service.store))
+    await pilot.press("r")
+    await until(pilot, lambda: _rows(pilot.app) == 6
+                and {"PREPARING_DATA", "RENDEZVOUS"} <= _status_cells(pilot.app))
+    await pilot.press("home")
+    await redrawn(pilot)
+
+
+async def workspace_rendezvous(pilot) -> None:
+    await workspace_states(pilot)
+    pilot.app.push_screen(WorkspaceDetailScreen(states.RENDEZVOUS_ID))
+    await on_screen(pilot, WorkspaceDetailScreen)
+    view = pilot.app.screen.query_one(LogView)
+    await until(pilot, lambda: view.line_count > 0 and view.scroll_y == view.max_scroll_y)
+    await until(pilot, lambda: "waiting for" in str(pilot.app.screen.query_one("#status").render()))
 
 
 async def delete_confirm(pilot) -> None:
@@ -126,8 +164,9 @@ async def error_modal(pilot) -> None:
     from core.errors import BackendError
 
     await workspaces(pilot)
+    run_dir = f"{states.SHOWN_HOME}/workspaces/{states.PREPARING_ID}"  # the local backend's own words
     pilot.app.push_screen(ErrorScreen("Deploy failed", BackendError(
-        "the local supervisor did not start", "see ~/.local/share/geotrain/workspaces/x/logs")))
+        "the local supervisor did not start", f"see {run_dir}/logs/supervisor.log")))
     await on_screen(pilot, ErrorScreen)
 
 
@@ -140,6 +179,16 @@ def release_on_exit(app, release) -> None:
         release.set()
         return exit_app(*args, **kwargs)
     app.exit = exit_and_release
+
+
+def stop_on_exit(app, procs) -> None:
+    """The stand-in supervisors a view started end with the app (after its picture)."""
+    exit_app = app.exit
+
+    def exit_and_stop(*args, **kwargs):
+        states.stop(procs)
+        return exit_app(*args, **kwargs)
+    app.exit = exit_and_stop
 
 
 async def _wizard(pilot, hold_at: str | None = None):
@@ -190,6 +239,8 @@ VIEWS = {
     "workspaces": workspaces,
     "workspaces-light": workspaces_light,
     "workspace-detail": workspace_detail,
+    "workspace-states": workspace_states,
+    "workspace-rendezvous": workspace_rendezvous,
     "delete-confirm": delete_confirm,
     "export-prompt": export_prompt,
     "deploy-form": deploy_form,
