@@ -251,8 +251,8 @@ def check_destination(dest: Path) -> None:
 def export_workspace(backend: Backend, ws: Workspace, dest: Path) -> dict:
     """Copy the workspace's results into `dest` (new or empty) at once; the manifest dict."""
     dest = Path(dest).expanduser().absolute()
-    check_destination(dest)
     try:
+        check_destination(dest)
         dest.parent.mkdir(mode=0o700, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     except OSError as exc:
@@ -324,7 +324,7 @@ def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
             skipped += [f"checkpoints/{name}" for name in from_pods]
             for name, path in walk_files(out / "checkpoints", [], "checkpoints/"):
                 files[name] = {"bytes": path.size(), "sha256": _sha256(path.path)}
-    if "metrics.jsonl" not in files:
+    if "metrics.jsonl" not in sources:  # pods: read through the API (a local one skipped stays so)
         rows = backend.metrics(ws.id)
         if rows:
             size, digest = _write(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
