@@ -317,6 +317,7 @@ def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
             from_pods = backend.copy_checkpoints(ws.id, out / "checkpoints")
         except GeotrainError as exc:  # logs and metrics are still worth keeping; said loudly
             from_pods, not_copied = None, str(exc)
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)  # no part of a copy cut short
         if from_pods is None:
             not_copied = not_copied or "no pod of the workspace is running (copying needs a live container)"
         else:

@@ -88,6 +88,8 @@ def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False)
         return "W&B: off"
     if info.get("url"):
         return f"W&B: {info['url']}"
+    if info.get("sync_refused"):
+        return f"W&B: the run folder {info['sync_refused']} it names is outside its wandb folder; not synced"
     if info.get("mode") == "offline" and info.get("sync_dir"):
         if short:
             return f"W&B offline; upload: {info['sync_command']}"

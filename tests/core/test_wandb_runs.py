@@ -171,6 +171,7 @@ def test_a_workspace_cannot_point_sync_at_another_workspaces_run(offline_run, tm
     files = {"wandb_run.json": other / "wandb_run.json", "wandb": other / "wandb"}
     info = wandb_runs.describe(files, {"logging": {"wandb_project": "geotrain-a"}})
     assert "sync_dir" not in info and info["project"] == "geotrain-a"
+    assert "outside its wandb folder; not synced" in wandb_runs.summary(info, "a")
     with pytest.raises(InvalidInput, match="not inside this workspace's wandb folder"):
         wandb_runs.sync(info, KEY, run=lambda *a, **k: pytest.fail("wandb sync ran"))
     (other / "wandb" / "linked").symlink_to(Path(planted["sync_dir"]))  # a link inside its own folder
