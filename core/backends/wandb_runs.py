@@ -69,15 +69,8 @@ def own_run_dir(sync_dir: str, wandb_dir: Path | None) -> bool:
         return False
     if not rel.parts:
         return False
-    path = wandb_dir
-    for part in ("",) + rel.parts:  # the wandb folder itself, then each step below it
-        path = path / part if part else path
-        try:
-            if os.path.islink(path) or not os.path.isdir(path):
-                return False
-        except OSError:
-            return False
-    if os.path.islink(wandb_dir.parent):  # out/
+    on_the_way = [wandb_dir.parent, wandb_dir] + [wandb_dir.joinpath(*rel.parts[:i + 1]) for i in range(len(rel.parts))]
+    if any(os.path.islink(p) or not os.path.isdir(p) for p in on_the_way):  # out/, wandb/, the run
         return False
     return run.resolve().is_relative_to(wandb_dir.resolve())
 

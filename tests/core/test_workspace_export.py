@@ -203,6 +203,14 @@ def test_export_errors_of_the_file_system_are_one_line(tmp_path, monkeypatch):
         export_mod.export_workspace(LocalBackend(tmp_path / "ws"), _record(), locked / "run1")
     assert list(locked.iterdir()) == []  # no staging left
 
+    def small(backend, ws, out):  # a test double for the copying itself (the slow test runs it)
+        (out / MANIFEST).write_text("{}")
+        return {}
+    monkeypatch.setattr(export_mod, "_fill", small)
+    export_mod.export_workspace(LocalBackend(tmp_path / "ws"), _record(), tmp_path / "geotrain-exports" / "run1")
+    assert (tmp_path / "geotrain-exports" / "run1" / MANIFEST).is_file()  # the default parent, made on first use
+    assert (tmp_path / "geotrain-exports").stat().st_mode & 0o777 == 0o700
+
 
 def _record():
     from core.domain.records import Workspace
