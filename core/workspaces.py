@@ -135,6 +135,8 @@ class WorkspaceService:
         """Store tokens (0600), record the workspace, start it (from an export's newest
         checkpoint when `resume_from`). Nothing stays on failure."""
         backend = self.backend(spec.cluster)
+        if resume_from is not None:
+            backend.check_restore()  # before any token or row is stored
         workspace_id = self.new_id(spec)
         wandb_runs.assign_project(spec.config, workspace_id)
         refs: dict[str, str] = {}
@@ -148,14 +150,23 @@ class WorkspaceService:
                          " VALUES (?, ?, ?, ?, ?, ?)",
                          (workspace_id, spec.cluster, json.dumps(spec.to_dict()),
                           Status.PENDING.value, now, now))
+        seeded: list[Path] = []
         try:
             if resume_from is not None:
-                backend.restore(workspace_id, spec, resume_from)
+                seeded = backend.restore(workspace_id, spec, resume_from) or []
             run_dir = backend.deploy(workspace_id, spec, {TOKEN_ENV[k]: r for k, r in refs.items()})
-        except BaseException:
-            if resume_from is not None:
-                backend.delete(workspace_id)
-            self._forget(workspace_id)
+        except BaseException as original:
+            try:  # the row and tokens always go; the original error is the one raised
+                try:
+                    if resume_from is not None:
+                        try:
+                            backend.delete(workspace_id)
+                        finally:
+                            export.remove_seeded(seeded)  # a recovery.checkpoint_dir outside the run dir
+                finally:
+                    self._forget(workspace_id)
+            except Exception as cleanup:
+                original.add_note(f"cleaning up after it also failed: {type(cleanup).__name__}: {cleanup}")
             raise
         with self.store.write() as conn:
             conn.execute("UPDATE workspaces SET run_dir=? WHERE id=?", (run_dir, workspace_id))

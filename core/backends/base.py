@@ -89,8 +89,14 @@ class Backend(abc.ABC):
         when they cannot be reached now."""
         return None
 
-    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: Any) -> None:
+    def check_restore(self) -> None:
+        """Refuse `--resume-from` before anything is stored, where restore is not supported."""
+        raise InvalidInput("--resume-from works on the local cluster only",
+                           "on Kubernetes, upload the checkpoint to an HF repo and set recovery.hf_repo")
+
+    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: Any) -> list[Path]:
         """Seed a workspace about to be deployed with an export's newest checkpoint
-        (`export`: a core.backends.export.ExportedRun; not imported here, export imports us)."""
+        (`export`: a core.backends.export.ExportedRun; not imported here, export imports us);
+        the files written, removed again if the deploy fails."""
         raise InvalidInput("--resume-from works on the local cluster only",
                            "on Kubernetes, upload the checkpoint to an HF repo and set recovery.hf_repo")

@@ -33,6 +33,8 @@ import yaml
 from core.backends.base import Backend
 from core.domain.records import Workspace
 from core.errors import GeotrainError, InvalidInput
+from core.schema.user_files import read_user_file
+from core.schema.yaml_loader import load_yaml
 
 MANIFEST = "geotrain-export.json"
 STEP_DIR = re.compile(r"step_(\d{8})")
@@ -68,6 +70,12 @@ def human_bytes(n: int) -> str:
 
 
 # walking without following links ------------------------------------------------------
+# By file descriptor: each directory is opened with O_NOFOLLOW relative to the one above it,
+# so nothing can be swapped for a link between a check and a use (no path is re-resolved).
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+
+
 def _plain_dir(path: Path) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -75,29 +83,90 @@ def _plain_dir(path: Path) -> bool:
         return False
 
 
-def walk_files(root: Path, skipped: list[str], prefix: str = "") -> Iterable[tuple[str, Path]]:
-    """(relative name, path) of every regular file under `root`; links and odd files skipped."""
-    if not _plain_dir(root):
-        if os.path.lexists(root):
-            skipped.append(prefix or root.name)
-        return
-    with os.scandir(root) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            name = f"{prefix}{entry.name}"
-            if entry.is_symlink():
-                skipped.append(name)
-            elif entry.is_dir(follow_symlinks=False):
-                yield from walk_files(Path(entry.path), skipped, name + "/")
-            elif entry.is_file(follow_symlinks=False):
-                yield name, Path(entry.path)
-            else:
-                skipped.append(name)
-
-
-def copy_plain_file(src: Path, dst: Path) -> tuple[int, str] | None:
-    """Copy a regular file opened without following a link; (bytes, sha256), or None."""
+def open_dir(path: Path, anchor: Path | None = None) -> int:
+    """A descriptor of directory `path`, no link followed in `anchor` (the run directory,
+    which the app made) or any component below it; without an anchor, not in the last one."""
+    path = Path(path)
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        rel = path.relative_to(anchor) if anchor is not None else None
+    except ValueError:
+        rel = None
+    if rel is None:
+        return os.open(path, DIR_FLAGS)
+    fd = os.open(anchor, DIR_FLAGS)
+    try:
+        for part in rel.parts:
+            inner = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@dataclass
+class FileAt:
+    """A regular file seen in a directory held open: `name` in `dir_fd` (valid while walking)."""
+
+    dir_fd: int
+    name: str
+    path: Path
+
+    def size(self) -> int:
+        return os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False).st_size
+
+
+def walk_files(root: Path, skipped: list[str], prefix: str = "",
+               anchor: Path | None = None) -> Iterable[tuple[str, FileAt]]:
+    """(relative name, file) of every regular file under `root`; links and odd files skipped."""
+    try:
+        fd = open_dir(root, anchor)
+    except OSError:
+        if os.path.lexists(root):
+            skipped.append(prefix or Path(root).name)
+        return
+    try:
+        yield from _walk_fd(fd, Path(root), skipped, prefix)
+    finally:
+        os.close(fd)
+
+
+def _walk_fd(fd: int, path: Path, skipped: list[str], prefix: str) -> Iterable[tuple[str, FileAt]]:
+    with os.scandir(fd) as entries:
+        listed = sorted(entries, key=lambda e: e.name)
+    for entry in listed:
+        name = f"{prefix}{entry.name}"
+        if entry.is_symlink():
+            skipped.append(name)
+        elif entry.is_dir(follow_symlinks=False):
+            try:
+                inner = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                skipped.append(name)
+                continue
+            try:
+                yield from _walk_fd(inner, path / entry.name, skipped, name + "/")
+            finally:
+                os.close(inner)
+        elif entry.is_file(follow_symlinks=False):
+            yield name, FileAt(fd, entry.name, path / entry.name)
+        else:
+            skipped.append(name)
+
+
+def copy_plain_file(src: Path | FileAt, dst: Path, anchor: Path | None = None) -> tuple[int, str] | None:
+    """Copy a regular file opened without following a link; (bytes, sha256), or None.
+    A path is opened through its directory (see open_dir, `anchor`)."""
+    try:
+        if isinstance(src, FileAt):
+            fd = os.open(src.name, FILE_FLAGS, dir_fd=src.dir_fd)
+        else:
+            parent = open_dir(Path(src).parent, anchor)
+            try:
+                fd = os.open(Path(src).name, FILE_FLAGS, dir_fd=parent)
+            finally:
+                os.close(parent)
     except OSError:
         return None
     digest, size = hashlib.sha256(), 0
@@ -149,45 +218,63 @@ def inventory(backend: Backend, ws: Workspace) -> Inventory:
         return inv
     ckpt_root = files.get("checkpoints")
     if ckpt_root is not None:
-        listed = list(walk_files(ckpt_root, []))
-        steps = checkpoint_steps(name for name, _ in listed)
+        steps = checkpoint_steps(name for name, _ in walk_files(ckpt_root, [], anchor=_anchor(files)))
         inv.checkpoint_steps = sorted(s for s, ranks in steps.items() if ranks)
-        inv.checkpoint_bytes = sum(p.lstat().st_size for _, p in listed)
+        inv.checkpoint_bytes = sum(p.size() for _, p in walk_files(ckpt_root, [], anchor=_anchor(files)))
     if files.get("logs") is not None:
-        inv.log_bytes = sum(p.lstat().st_size for _, p in walk_files(files["logs"], []))
+        inv.log_bytes = sum(p.size() for _, p in walk_files(files["logs"], [], anchor=_anchor(files)))
     steps = [r["step"] for r in backend.metrics(ws.id) if isinstance(r.get("step"), int)]
     inv.last_step = max(steps) if steps else (inv.checkpoint_steps[-1] if inv.checkpoint_steps else None)
     return inv
 
 
+def _anchor(files: dict[str, Path]) -> Path | None:
+    """The run directory (where the app wrote config.yaml): no link is followed below it."""
+    return files["config.yaml"].parent if "config.yaml" in files else None
+
+
 # export --------------------------------------------------------------------------------
 def check_destination(dest: Path) -> None:
-    """DIR is new or an empty directory; never an earlier export, never a file."""
+    """DIR is new or an empty directory; never an earlier export, never a file. A missing
+    parent is made (0700) when its own parent exists, whatever DIR is: the app's default
+    ~/geotrain-exports/ID works on first use, and a typo two levels up is still refused."""
     if (dest / MANIFEST).exists() or (dest / MANIFEST).is_symlink():
         raise InvalidInput(f"{dest} already holds a geotrain export", "choose a new directory")
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise InvalidInput(f"{dest} is not a directory", "choose a new directory")
     if dest.exists() and any(dest.iterdir()):
         raise InvalidInput(f"{dest} is not empty", "choose a new or empty directory")
-    if not dest.parent.is_dir():
+    if not dest.parent.is_dir() and (os.path.lexists(dest.parent) or not dest.parent.parent.is_dir()):
         raise InvalidInput(f"the folder {dest.parent} does not exist", "create it first or choose another")
 
 
 def export_workspace(backend: Backend, ws: Workspace, dest: Path) -> dict:
     """Copy the workspace's results into `dest` (new or empty) at once; the manifest dict."""
     dest = Path(dest).expanduser().absolute()
-    check_destination(dest)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        check_destination(dest)
+        dest.parent.mkdir(mode=0o700, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    except OSError as exc:
+        raise _not_written(dest, exc) from None
     try:
         manifest = _fill(backend, ws, staging)
         if dest.exists():
             dest.rmdir()  # empty (checked); rename needs it gone or empty
         os.rename(staging, dest)
         os.chmod(dest, 0o755 & ~_umask())
+    except OSError as exc:  # no room, no permission, DIR filled meanwhile: one line, nothing left
+        shutil.rmtree(staging, ignore_errors=True)
+        raise _not_written(dest, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _not_written(dest: Path, exc: OSError) -> InvalidInput:
+    return InvalidInput(f"cannot export to {dest}: {exc.strerror or exc}",
+                        "choose another directory, or free space and try again")
 
 
 def _umask() -> int:
@@ -200,14 +287,19 @@ def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
     files: dict[str, dict] = {}
     skipped: list[str] = []
     sources = backend.result_files(ws.id, ws.spec)
+    anchor = _anchor(sources)
     for key, src in sources.items():
         if src.name == key and not _plain_dir(src):  # a single file (config.yaml, metrics.jsonl …)
             if src.is_symlink():
                 skipped.append(key)
-            elif src.exists() and (copied := copy_plain_file(src, out / key)):
-                files[key] = {"bytes": copied[0], "sha256": copied[1]}
+            elif os.path.lexists(src):
+                copied = copy_plain_file(src, out / key, anchor)
+                if copied:
+                    files[key] = {"bytes": copied[0], "sha256": copied[1]}
+                else:
+                    skipped.append(key)
             continue
-        for name, path in walk_files(src, skipped, key + "/"):
+        for name, path in walk_files(src, skipped, key + "/", anchor):
             copied = copy_plain_file(path, out / name)
             if copied:
                 files[name] = {"bytes": copied[0], "sha256": copied[1]}
@@ -225,14 +317,15 @@ def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
             from_pods = backend.copy_checkpoints(ws.id, out / "checkpoints")
         except GeotrainError as exc:  # logs and metrics are still worth keeping; said loudly
             from_pods, not_copied = None, str(exc)
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)  # no part of a copy cut short
         if from_pods is None:
             not_copied = not_copied or "no pod of the workspace is running (copying needs a live container)"
         else:
             copied_elsewhere = True
             skipped += [f"checkpoints/{name}" for name in from_pods]
             for name, path in walk_files(out / "checkpoints", [], "checkpoints/"):
-                files[name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-    if "metrics.jsonl" not in files:
+                files[name] = {"bytes": path.size(), "sha256": _sha256(path.path)}
+    if "metrics.jsonl" not in sources:  # pods: read through the API (a local one skipped stays so)
         rows = backend.metrics(ws.id)
         if rows:
             size, digest = _write(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
@@ -267,14 +360,42 @@ class ExportedRun:
     ranks: int
 
 
+MAX_EXPORT_TEXT = 4 << 20  # geotrain-export.json and spec.yaml are small; a huge one is not ours
+NOT_EXPORT_HINT = "pass a directory written by `geotrain workspaces export`"
+# Where the old workspace kept checkpoints, and on which cluster, are not carried over: the new
+# workspace writes into its own directory on the cluster named now (or in --config).
+NOT_IMPORTED = ("cluster",)
+NOT_IMPORTED_RECOVERY = ("checkpoint_dir",)
+
+
+def _read_small(path: Path, what: str) -> str:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        raise InvalidInput(f"{path.parent} is not a geotrain export (no {path.name})", NOT_EXPORT_HINT) from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_EXPORT_TEXT:
+        raise InvalidInput(f"{what} {path} is not a regular file under {MAX_EXPORT_TEXT >> 20} MiB",
+                           NOT_EXPORT_HINT)
+    return read_user_file(path, what, NOT_EXPORT_HINT)
+
+
 def read_export(path: str | os.PathLike) -> ExportedRun:
     root = Path(path).expanduser()
+    manifest_text = _read_small(root / MANIFEST, "the export manifest")
     try:
-        manifest = json.loads((root / MANIFEST).read_text())
-        spec_text = (root / "spec.yaml").read_text()
-    except (OSError, ValueError):
-        raise InvalidInput(f"{root} is not a geotrain export (no readable {MANIFEST} and spec.yaml)",
-                           "pass a directory written by `geotrain workspaces export`") from None
+        manifest = json.loads(manifest_text)
+    except (ValueError, RecursionError):
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise InvalidInput(f"{root / MANIFEST} is not a geotrain export manifest", NOT_EXPORT_HINT)
+    spec = load_yaml(_read_small(root / "spec.yaml", "the exported spec"), f"{root}/spec.yaml")
+    if not isinstance(spec, dict):
+        raise InvalidInput(f"{root}/spec.yaml is not a YAML mapping", NOT_EXPORT_HINT)
+    for key in NOT_IMPORTED:
+        spec.pop(key, None)
+    if isinstance(spec.get("recovery"), dict):
+        spec["recovery"] = {k: v for k, v in spec["recovery"].items() if k not in NOT_IMPORTED_RECOVERY}
+    spec_text = yaml.safe_dump(spec, sort_keys=False)
     names = [n for n, _ in walk_files(root / "checkpoints", [])]
     ranks_by_step = {s: r for s, r in checkpoint_steps(names).items() if r}
     if not ranks_by_step:
@@ -284,11 +405,48 @@ def read_export(path: str | os.PathLike) -> ExportedRun:
     return ExportedRun(root, manifest, spec_text, step, len(ranks_by_step[step]))
 
 
-def seed_checkpoints(export: ExportedRun, checkpoint_root: Path, out_dir: Path) -> None:
-    """Copy the export's newest checkpoint (every rank) and its metrics into a new run."""
-    for name, path in walk_files(export.root / "checkpoints", []):
-        if name.startswith(f"step_{export.step:08d}/"):
-            copy_plain_file(path, checkpoint_root / name)
-    metrics = export.root / "metrics.jsonl"
-    if metrics.is_file() and not metrics.is_symlink():
-        copy_plain_file(metrics, out_dir / "metrics.jsonl")
+def seed_checkpoints(export: ExportedRun, checkpoint_root: Path, out_dir: Path) -> list[Path]:
+    """Copy the export's newest checkpoint (every rank) and its metrics into a new run; the
+    files written (the caller removes them if the deploy fails). All or nothing."""
+    checkpoint_root = Path(checkpoint_root)
+    if checkpoint_root.is_dir() and any(checkpoint_root.iterdir()) or \
+            (os.path.lexists(checkpoint_root) and not _plain_dir(checkpoint_root)):
+        raise InvalidInput(f"the checkpoint directory {checkpoint_root} is not empty",
+                           "set recovery.checkpoint_dir to a new directory, or leave it unset")
+    written: list[Path] = []
+    try:
+        for name, path in walk_files(export.root / "checkpoints", []):
+            if name.startswith(f"step_{export.step:08d}/"):
+                target = checkpoint_root / name
+                if copy_plain_file(path, target) is None:
+                    raise InvalidInput(f"cannot read {export.root / 'checkpoints' / name} of the export",
+                                       "export the workspace again")
+                written.append(target)
+        metrics = export.root / "metrics.jsonl"
+        if _plain_file(metrics) and copy_plain_file(metrics, out_dir / "metrics.jsonl"):
+            written.append(out_dir / "metrics.jsonl")
+    except OSError as exc:
+        remove_seeded(written)
+        raise InvalidInput(f"cannot seed the checkpoint into {checkpoint_root}: {exc.strerror or exc}",
+                           "free space or choose another recovery.checkpoint_dir") from None
+    except BaseException:
+        remove_seeded(written)
+        raise
+    return written
+
+
+def _plain_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def remove_seeded(files: Iterable[Path]) -> None:
+    """Undo seed_checkpoints: its files, then the step directories left empty."""
+    for file in files:
+        try:
+            file.unlink()
+            file.parent.rmdir()
+        except OSError:
+            pass

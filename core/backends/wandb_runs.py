@@ -59,12 +59,34 @@ def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str,
     path = result_files.get(RUN_FILE)
     if path is not None and path.is_file() and not path.is_symlink():
         written = _read_small_json(path)
-        if isinstance(written, dict):
-            info.update({k: str(v) for k, v in written.items()
-                         if k in ("mode", "url", "sync_dir", "project", "id") and v})
+        if isinstance(written, dict):  # written by the workspace's own process: the project
+            info.update({k: str(v) for k, v in written.items()  # stays the spec's
+                         if k in ("mode", "url", "sync_dir", "id") and v})
+    if info.get("sync_dir") and not own_run_dir(info["sync_dir"], result_files.get("wandb")):
+        info["sync_refused"] = info.pop("sync_dir")
     if info.get("mode") == "offline" and info.get("sync_dir"):
         info["sync_command"] = shlex.join(["wandb", "sync", info["sync_dir"]])
     return info
+
+
+def own_run_dir(sync_dir: str, wandb_dir: Path | None) -> bool:
+    """`sync_dir` is a folder inside this workspace's own wandb folder, with no link on the
+    way (the file naming it is written by the workspace; another workspace's run is refused)."""
+    if wandb_dir is None:
+        return False
+    wandb_dir, run = Path(wandb_dir), Path(sync_dir)
+    if not run.is_absolute() or ".." in run.parts:
+        return False
+    try:
+        rel = run.relative_to(wandb_dir)
+    except ValueError:
+        return False
+    if not rel.parts:
+        return False
+    on_the_way = [wandb_dir.parent, wandb_dir] + [wandb_dir.joinpath(*rel.parts[:i + 1]) for i in range(len(rel.parts))]
+    if any(os.path.islink(p) or not os.path.isdir(p) for p in on_the_way):  # out/, wandb/, the run
+        return False
+    return run.resolve().is_relative_to(wandb_dir.resolve())
 
 
 def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False) -> str:
@@ -73,6 +95,8 @@ def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False)
         return "W&B: off"
     if info.get("url"):
         return f"W&B: {info['url']}"
+    if info.get("sync_refused"):
+        return f"W&B: the run folder {info['sync_refused']} it names is outside its wandb folder; not synced"
     if info.get("mode") == "offline" and info.get("sync_dir"):
         if short:
             return f"W&B offline; upload: {info['sync_command']}"
@@ -93,6 +117,9 @@ def sync_argv(sync_dir: str, project: str | None) -> list[str]:
 
 
 def check_syncable(info: dict[str, Any] | None) -> None:
+    if info is not None and info.get("sync_refused"):
+        raise InvalidInput(f"the offline run folder {info['sync_refused']} is not inside this workspace's wandb folder",
+                           "export the workspace, then run `wandb sync` on the export's wandb/ folder")
     if info is None or info.get("mode") != "offline" or not info.get("sync_dir"):
         raise InvalidInput("this workspace has no offline W&B run to sync",
                            "an online run is uploaded as it trains; see `geotrain workspaces show`")
@@ -109,8 +136,12 @@ def sync(info: dict[str, Any] | None, key: str | None,
         raise InvalidInput("no W&B API key", "set WANDB_API_KEY, or pass --ask-key to type it (hidden)")
     env = dict(os.environ, WANDB_API_KEY=key)
     env.pop("WANDB_MODE", None)
-    done = run(sync_argv(info["sync_dir"], info.get("project")), env=env, capture_output=True,
-               text=True, timeout=600)
+    try:
+        done = run(sync_argv(info["sync_dir"], info.get("project")), env=env, capture_output=True,
+                   text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise BackendError("wandb sync did not finish in 10 minutes",
+                           "check the network and WANDB_BASE_URL, then run `geotrain workspaces sync` again") from None
     output = (done.stdout + done.stderr).replace(key, "***")
     errors = [ln for ln in output.splitlines() if "ERROR" in ln]  # wandb sync exits 0 on a refused key
     if done.returncode != 0 or errors:

@@ -10,6 +10,7 @@ import base64
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -60,7 +61,11 @@ def offline_run(tmp_path_factory):
 def _seed_workspace(home: Path, out: Path) -> None:
     run_dir = home / "workspaces" / WS_ID
     (run_dir / "logs").mkdir(parents=True)
-    (run_dir / "out").symlink_to(out)  # the real run's files, made once for the module
+    shutil.copytree(out, run_dir / "out", symlinks=True)  # the real run's files, made once for the module
+    run_file = run_dir / "out" / "wandb_run.json"  # where the run would have written it
+    written = json.loads(run_file.read_text())
+    written["sync_dir"] = written["sync_dir"].replace(str(out), str(run_dir / "out"), 1)
+    run_file.write_text(json.dumps(written))
     (run_dir / "exit_code").write_text("0")
     spec = WorkspaceSpec(cluster="local", model="gpt-neo", size="tiny", preset="medium", workers=1, steps=2,
                          config={"logging": {"wandb": True, "wandb_project": f"geotrain-{WS_ID}"}})
@@ -75,7 +80,8 @@ def test_show_names_the_offline_run_and_the_exact_sync_command(offline_run, geot
     info = WorkspaceService().wandb_run(WS_ID)
     assert info["mode"] == "offline" and info["project"] == f"geotrain-{WS_ID}"
     sync_dir = Path(info["sync_dir"])
-    assert sync_dir.parent == offline_run / "wandb" and list(sync_dir.glob("run-*.wandb"))
+    assert sync_dir.parent == geotrain_home / "workspaces" / WS_ID / "out" / "wandb"
+    assert list(sync_dir.glob("run-*.wandb"))
     assert info["sync_command"] == f"wandb sync {sync_dir}"
     out = subprocess.run([sys.executable, "-m", "core.cli", "workspaces", "show", WS_ID], cwd=ROOT,
                          env=dict(os.environ), capture_output=True, text=True, timeout=60)
@@ -131,7 +137,7 @@ def test_sync_command_never_carries_the_key_in_argv(offline_run):
         calls.append((argv, kwargs["env"]))
         return subprocess.CompletedProcess(argv, 0, "wandb: Syncing... done.\n", "")
 
-    info = wandb_runs.describe({"wandb_run.json": offline_run / "wandb_run.json"},
+    info = wandb_runs.describe({"wandb_run.json": offline_run / "wandb_run.json", "wandb": offline_run / "wandb"},
                                {"logging": {"wandb_project": "p"}})
     wandb_runs.sync(info, KEY, run=record)
     [(argv, env)] = calls
@@ -147,6 +153,30 @@ def test_sync_command_never_carries_the_key_in_argv(offline_run):
     with pytest.raises(BackendError) as caught:
         wandb_runs.sync(info, KEY, run=refused)
     assert KEY not in str(caught.value) and "***" in str(caught.value)
+
+
+    def too_slow(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, kwargs["timeout"])
+    with pytest.raises(BackendError, match="did not finish"):
+        wandb_runs.sync(info, KEY, run=too_slow)
+
+
+def test_a_workspace_cannot_point_sync_at_another_workspaces_run(offline_run, tmp_path):
+    """wandb_run.json is written by the workspace's own process: its sync_dir must lie inside
+    that workspace's wandb folder (no link on the way) and its project is not taken."""
+    other = tmp_path / "other" / "out"
+    (other / "wandb").mkdir(parents=True)
+    planted = json.loads((offline_run / "wandb_run.json").read_text())  # B's run, named by A
+    (other / "wandb_run.json").write_text(json.dumps({**planted, "project": "victims-project"}))
+    files = {"wandb_run.json": other / "wandb_run.json", "wandb": other / "wandb"}
+    info = wandb_runs.describe(files, {"logging": {"wandb_project": "geotrain-a"}})
+    assert "sync_dir" not in info and info["project"] == "geotrain-a"
+    assert "outside its wandb folder; not synced" in wandb_runs.summary(info, "a")
+    with pytest.raises(InvalidInput, match="not inside this workspace's wandb folder"):
+        wandb_runs.sync(info, KEY, run=lambda *a, **k: pytest.fail("wandb sync ran"))
+    (other / "wandb" / "linked").symlink_to(Path(planted["sync_dir"]))  # a link inside its own folder
+    (other / "wandb_run.json").write_text(json.dumps({**planted, "sync_dir": str(other / "wandb" / "linked")}))
+    assert "sync_dir" not in wandb_runs.describe(files, {"logging": {}})
 
 
 def test_the_run_file_is_read_bounded_and_never_through_a_link(tmp_path, monkeypatch):

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from core.backends.export import MANIFEST, check_destination, read_export
+from core.backends import export as export_mod
+from core.backends.export import MANIFEST, check_destination, read_export, seed_checkpoints, walk_files
+from core.backends.local.backend import LocalBackend
 from core.errors import InvalidInput
+from core.state.secret_store import SecretStore
 from core.workspaces import DeployRequest, WorkspaceService
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,10 +93,11 @@ def test_destination_must_be_new_or_empty(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "full")
     for name, words in (("full", "is not empty"), ("done", "already holds a geotrain export"),
                         ("file", "is not a directory"), ("link", "is not a directory"),
-                        ("missing/deeper", "does not exist")):
+                        ("missing/deeper/still", "does not exist")):
         with pytest.raises(InvalidInput, match=words):
             check_destination(tmp_path / name)
     check_destination(tmp_path / "new")  # absent is fine
+    check_destination(tmp_path / "exports" / "first")  # a missing parent is made (~/geotrain-exports)
     (tmp_path / "empty").mkdir()
     check_destination(tmp_path / "empty")
 
@@ -115,3 +119,129 @@ def test_resume_from_a_folder_that_is_not_an_export_is_one_line(tmp_path):
     out = _cli("workspaces", "deploy", "distributed-training", "--resume-from", str(export), "--workers", "2")
     assert out.returncode == 2 and "deploy with --workers 1" in out.stderr
     assert WorkspaceService().list() == []  # nothing recorded, nothing left
+
+
+def _export_dir(root: Path, ranks: int = 2, spec: str | None = None) -> Path:
+    """An export as `workspaces export` writes it (small files, two ranks at step 4)."""
+    (root / "checkpoints" / "step_00000004").mkdir(parents=True)
+    (root / MANIFEST).write_text(json.dumps({"format": 1}))
+    (root / "spec.yaml").write_text(spec or "model: gpt-neo\ncluster: elsewhere\nworkers: 2\n"
+                                    "recovery:\n  checkpoint_dir: /root/.ssh\n  hf_repo: me/ckpt\n")
+    for rank in range(ranks):
+        (root / "checkpoints" / "step_00000004" / f"rank_{rank}.pt").write_bytes(b"w%d" % rank)
+        (root / "checkpoints" / "step_00000004" / f"rank_{rank}.json").write_text("{}")
+    (root / "metrics.jsonl").write_text('{"step": 4, "loss": 1.0}\n')
+    return root
+
+
+def test_the_imported_spec_keeps_neither_cluster_nor_checkpoint_dir_and_is_read_with_limits(tmp_path):
+    export = read_export(_export_dir(tmp_path / "exp"))
+    assert "cluster" not in export.spec_text and "checkpoint_dir" not in export.spec_text
+    assert "hf_repo: me/ckpt" in export.spec_text and (export.step, export.ranks) == (4, 2)
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    with pytest.raises(InvalidInput, match="spec.yaml"):
+        read_export(_export_dir(tmp_path / "bomb", spec=bomb))
+    linked = _export_dir(tmp_path / "linked")
+    (linked / "spec.yaml").unlink()
+    (linked / "spec.yaml").symlink_to(tmp_path / "exp" / "spec.yaml")
+    with pytest.raises(InvalidInput, match="not a regular file"):
+        read_export(linked)
+
+
+def test_seeding_refuses_a_used_checkpoint_dir_and_leaves_nothing_half_done(tmp_path, monkeypatch):
+    export = read_export(_export_dir(tmp_path / "exp"))
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "theirs.pt").write_bytes(b"x")
+    with pytest.raises(InvalidInput, match="is not empty"):
+        seed_checkpoints(export, used, tmp_path / "out")
+    real_copy = export_mod.copy_plain_file
+
+    def vanishing(src, dst, anchor=None):  # a test double for a rank file gone between listing and reading
+        return None if dst.name == "rank_1.pt" else real_copy(src, dst, anchor)
+    monkeypatch.setattr(export_mod, "copy_plain_file", vanishing)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(InvalidInput, match="rank_1.pt"):
+        seed_checkpoints(export, tmp_path / "fresh", tmp_path / "out")
+    assert not [p for p in (tmp_path / "fresh").rglob("*") if p.is_file()]
+    monkeypatch.setattr(export_mod, "copy_plain_file", real_copy)
+    written = seed_checkpoints(export, tmp_path / "fresh", tmp_path / "out")
+    assert len(written) == 5 and (tmp_path / "fresh" / "step_00000004" / "rank_1.pt").read_bytes() == b"w1"
+
+
+def test_a_linked_out_folder_is_not_followed(tmp_path):
+    run_dir, elsewhere = tmp_path / "ws" / "gpt-neo-aaaaaa", tmp_path / "elsewhere"
+    (elsewhere / "checkpoints" / "step_00000002").mkdir(parents=True)
+    (elsewhere / "checkpoints" / "step_00000002" / "rank_0.pt").write_text("not for export")
+    (elsewhere / "metrics.jsonl").write_text("not for export")
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("steps: 2\n")
+    (run_dir / "out").symlink_to(elsewhere)  # a process of the workspace could swap it in
+    files = LocalBackend(tmp_path / "ws").result_files(run_dir.name, _spec())
+    skipped: list[str] = []
+    assert list(walk_files(files["checkpoints"], skipped, "checkpoints/", export_mod._anchor(files))) == []
+    assert skipped == ["checkpoints/"]
+    assert export_mod.copy_plain_file(files["metrics.jsonl"], tmp_path / "m", export_mod._anchor(files)) is None
+    assert export_mod.copy_plain_file(files["config.yaml"], tmp_path / "c", export_mod._anchor(files)) == (
+        9, __import__("hashlib").sha256(b"steps: 2\n").hexdigest())
+
+
+def _spec():
+    from core.domain.records import WorkspaceSpec
+    return WorkspaceSpec(cluster="local", model="gpt-neo", size="tiny", preset="medium", workers=2, steps=8)
+
+
+def test_export_errors_of_the_file_system_are_one_line(tmp_path, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+
+    def full(*args, **kwargs):  # a test double for a full disk while writing the export
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(export_mod, "_fill", full)
+    with pytest.raises(InvalidInput, match="No space left on device"):
+        export_mod.export_workspace(LocalBackend(tmp_path / "ws"), _record(), locked / "run1")
+    assert list(locked.iterdir()) == []  # no staging left
+
+    def small(backend, ws, out):  # a test double for the copying itself (the slow test runs it)
+        (out / MANIFEST).write_text("{}")
+        return {}
+    monkeypatch.setattr(export_mod, "_fill", small)
+    export_mod.export_workspace(LocalBackend(tmp_path / "ws"), _record(), tmp_path / "geotrain-exports" / "run1")
+    assert (tmp_path / "geotrain-exports" / "run1" / MANIFEST).is_file()  # the default parent, made on first use
+    assert (tmp_path / "geotrain-exports").stat().st_mode & 0o777 == 0o700
+
+
+def _record():
+    from core.domain.records import Workspace
+    return Workspace(id="gpt-neo-aaaaaa", spec=_spec(), status="COMPLETED", created_at=1.0, updated_at=1.0)
+
+
+class _FailingLocal(LocalBackend):
+    """The real local backend whose launch and cleanup fail (test double for a broken host)."""
+
+    def deploy(self, workspace_id, spec, tokens):
+        raise RuntimeError("launch failed")
+
+    def delete(self, workspace_id):
+        raise OSError("cleanup failed too")
+
+
+def test_a_failed_restore_deploy_leaves_no_row_token_or_seeded_file(tmp_path, monkeypatch):
+    service = WorkspaceService()
+    export = read_export(_export_dir(tmp_path / "exp"))
+    spec = service.build_spec(DeployRequest(steps=8, workers=2, sets=tuple(FAST)))
+    spec.recovery = {**(spec.recovery or {}), "checkpoint_dir": str(tmp_path / "kept")}
+    monkeypatch.setattr(service, "backend", lambda cluster: _FailingLocal())
+    with pytest.raises(RuntimeError, match="launch failed"):
+        service.deploy(spec, {"wandb": "k" * 40}, resume_from=export)
+    assert service.list() == [] and SecretStore().values() == []
+    assert (tmp_path / "kept").is_dir()  # it was seeded …
+    assert not [p for p in (tmp_path / "kept").rglob("*") if p.is_file()]  # … and emptied again
+
+    class NoRestore(LocalBackend):
+        check_restore = LocalBackend.__mro__[1].check_restore  # the base class's refusal
+    monkeypatch.setattr(service, "backend", lambda cluster: NoRestore())
+    with pytest.raises(InvalidInput, match="local cluster only"):
+        service.deploy(spec, {"wandb": "k" * 40}, resume_from=export)
+    assert service.list() == [] and SecretStore().values() == []

@@ -85,7 +85,8 @@ def test_checkpoints_of_running_pods_are_merged_and_hostile_members_skipped(fake
 
     def exec_stream(method, pod, namespace, **kwargs):
         calls.append((pod, namespace, kwargs["container"], kwargs["command"], kwargs["stdin"], kwargs["tty"]))
-        return base64.encodebytes(archives[pod]).decode()  # wrapped lines, as `base64` prints
+        # wrapped lines, as `base64` prints, then the command's exit line
+        return base64.encodebytes(archives[pod]).decode() + f"{pod_files.SENTINEL} 0\n"
 
     monkeypatch.setattr(pod_files, "stream", exec_stream)
     dest = tmp_path / "exported"
@@ -119,3 +120,23 @@ def test_skipped_member_names_reach_the_terminal_without_control_characters(caps
     assert workspace_results.cmd_export(SimpleNamespace(id="ws", dir="d", json=False)) == 0
     out = capsys.readouterr().out
     assert "checkpoints/a [2J ]0;owned b c.txt" in out and "\x1b" not in out and "\x07" not in out
+
+
+class _NoApi:
+    connect_get_namespaced_pod_exec = None  # the stream double never calls it
+
+
+def test_a_cut_or_failed_checkpoint_stream_is_one_backend_error(tmp_path, monkeypatch):
+    """The exec websocket is a test double; the unpacking is the real code."""
+    import pytest
+    from core.errors import BackendError
+    whole = base64.encodebytes(_tar([("./step_00000010/rank_0.pt", None, b"w" * 5000)])).decode()
+    for text, said in [(whole, "ended early"), (whole + f"{pod_files.SENTINEL} 2\n", "tar exited with 2"),
+                       (f"{pod_files.SENTINEL} toobig 9999999\n", "larger than 2 GiB")]:
+        monkeypatch.setattr(pod_files, "stream", lambda *a, _t=text, **k: _t)
+        with pytest.raises(BackendError, match=said):
+            pod_files.read_checkpoint_archive(_NoApi(), "p", "default", "trainer")
+    archive = _tar([("./step_00000010/rank_0.pt", None, b"w" * 5000)])
+    with pytest.raises(BackendError, match="cut short"):
+        pod_files.unpack_checkpoints(archive[:1500], tmp_path)
+    assert not list(tmp_path.rglob("*.pt")) and not list(tmp_path.rglob("*.partial"))

@@ -15,9 +15,9 @@ def _status(app) -> str:
 
 def test_detail_shows_the_offline_run_and_its_sync_command(app, seeded, tmp_path):
     _, home = seeded
-    sync_dir = tmp_path / "wandb" / "offline-run-20261123_010101-abc"
-    sync_dir.mkdir(parents=True)
     out = home / "workspaces" / states.COMPLETED_ID / "out"
+    sync_dir = out / "wandb" / "offline-run-20261123_010101-abc"  # where the recipe's run writes it
+    sync_dir.mkdir(parents=True)
     (out / "wandb_run.json").write_text(json.dumps({"mode": "offline", "project": "geotrain-x",
                                                     "id": "abc", "url": None, "sync_dir": str(sync_dir)}))
     online = home / "workspaces" / states.FAILED_ID / "out"

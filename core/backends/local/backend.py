@@ -263,14 +263,17 @@ class LocalBackend(Backend):
                 "wandb_run.json": out / "wandb_run.json", "logs": run_dir / "logs",
                 "wandb": out / "wandb", "checkpoints": self.checkpoint_root(workspace_id, spec)}
 
-    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: ExportedRun) -> None:
+    def check_restore(self) -> None:
+        return None
+
+    def restore(self, workspace_id: str, spec: WorkspaceSpec, export: ExportedRun) -> list[Path]:
         if export.ranks != spec.workers:
             raise InvalidInput(f"the export's checkpoint at step {export.step} has {export.ranks} "
                                f"worker(s), the new workspace {spec.workers}",
                                f"deploy with --workers {export.ranks}")
         out = self.run_dir(workspace_id) / "out"
         out.mkdir(parents=True)
-        seed_checkpoints(export, self.checkpoint_root(workspace_id, spec), out)
+        return seed_checkpoints(export, self.checkpoint_root(workspace_id, spec), out)
 
     # delete -----------------------------------------------------------------
     def delete(self, workspace_id: str) -> None:
