@@ -57,7 +57,7 @@ def test_wizard_picks_nodes_runs_preflight_and_shows_progress_per_node_and_step(
             await on_screen(pilot, NodeLogScreen)
             view = app.screen.query_one(LogView)
             await until(pilot, lambda: view.line_count >= 4)
-            assert any("geotrain-containerd" in t for _, t in view._lines)
+            assert any("geotrain-containerd" in t for _, t, _event in view._lines)
             await pilot.press("escape")
             await on_screen(pilot, ClusterWizardScreen)
             builder.release.set()

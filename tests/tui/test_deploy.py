@@ -45,7 +45,7 @@ def test_deploy_on_local_from_the_form_streams_both_workers_to_completion(geotra
             view = app.screen.query_one(LogView)
             workspace_id = app.screen.workspace_id
             await until(pilot, lambda: view.ended, 240)
-            workers = {w for w, _ in view._lines}
+            workers = {w for w, *_ in view._lines}
             assert {"worker-0", "worker-1"} <= workers
             assert service.status(workspace_id).status == "COMPLETED"
             ws = service.get(workspace_id)
