@@ -38,11 +38,22 @@ def _check(rest: str) -> str:
     raise AssertionError(rest)
 
 
+_CHILDREN_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before():
+    """Processes this test run had already started (an earlier test's, a session's hosts):
+    only new ones would be a submitted workspace."""
+    _CHILDREN_BEFORE.clear()
+    _CHILDREN_BEFORE.update(p.pid for p in psutil.Process().children(recursive=True))
+
+
 def nothing_submitted(capsys, fake=None) -> None:
     code, out, _ = run(capsys, "workspaces", "list", "--json")
     assert code == 0 and json.loads(out) == []
     assert list(paths.workspaces_dir().iterdir()) == []
-    assert psutil.Process().children(recursive=True) == []
+    assert [p for p in psutil.Process().children(recursive=True) if p.pid not in _CHILDREN_BEFORE] == []
     if fake is not None:
         assert fake.jobs() == [] and not [r for r in fake.requests if r[0] == "POST"]
 
