@@ -98,8 +98,8 @@ def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False)
     if info.get("sync_refused"):
         return f"W&B: the run folder {info['sync_refused']} it names is outside its wandb folder; not synced"
     if info.get("mode") == "offline" and info.get("sync_dir"):
-        if short:
-            return f"W&B offline; upload: {info['sync_command']}"
+        if short:  # the app's box is narrow: geotrain's own command, which finds the folder
+            return f"W&B offline; upload: geotrain workspaces sync {workspace_id}"
         return (f"W&B: offline run in {info['sync_dir']} (project {info.get('project')}); "
                 f"upload it with `{info['sync_command']}` or `geotrain workspaces sync {workspace_id}`")
     project = f"project {info['project']}" if info.get("project") else "no project named"

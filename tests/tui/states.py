@@ -54,14 +54,15 @@ def _shift_times(row: dict, offset: float) -> dict:
     return row
 
 
-def real_text(name: str, workspace_id: str, started: float) -> str:
+def real_text(name: str, workspace_id: str, started: float, home: str = SHOWN_HOME) -> str:
     """A recorded file as this workspace would have it: the recorded id and run dir become
-    this workspace's (its run dir as a user sees it), and every time moves by the same
-    offset so the run starts at `started` on the frozen clock."""
+    this workspace's (its run dir as a user sees it, or under `home` where geotrain checks
+    the path), and every time moves by the same offset so the run starts at `started` on
+    the frozen clock."""
     meta = recorded()
     text = (REAL_RUN / name).read_text()
-    text = text.replace(meta["run_dir"], f"{SHOWN_HOME}/workspaces/{workspace_id}")
-    text = text.replace(meta["home"], SHOWN_HOME).replace(meta["workspace_id"], workspace_id)
+    text = text.replace(meta["run_dir"], f"{home}/workspaces/{workspace_id}")
+    text = text.replace(meta["home"], home).replace(meta["workspace_id"], workspace_id)
     offset = started - meta["started_at"]
     lines = []
     for line in text.splitlines():
@@ -75,6 +76,14 @@ def real_text(name: str, workspace_id: str, started: float) -> str:
             line = head + sep + json.dumps(_shift_times(row, offset))
         lines.append(line)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def write_wandb_run(run_dir: Path, home: Path, workspace_id: str, started: float) -> None:
+    """The recorded W&B run file, naming its offline run folder under the real home (which
+    it creates, as wandb did): geotrain syncs only a folder that is the workspace's own."""
+    text = real_text("out/wandb_run.json", workspace_id, started, str(home))
+    Path(json.loads(text)["sync_dir"]).mkdir(parents=True, exist_ok=True)
+    (run_dir / "out" / "wandb_run.json").write_text(text)
 
 
 def metrics_rows(upto: int | None = None) -> list[dict]:
@@ -125,7 +134,7 @@ def write_real_run(home: Path, workspace_id: str, started: float, upto: int | No
     (run_dir / "history.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in history if r["at"] <= cut))
     (run_dir / "phase.json").write_text(real_text("phase.json", workspace_id, started))
-    (run_dir / "out" / "wandb_run.json").write_text(real_text("out/wandb_run.json", workspace_id, started))
+    write_wandb_run(run_dir, home, workspace_id, started)
     if upto is None:
         for name in ("exit_code", "out/result.json"):
             (run_dir / name).write_text(real_text(name, workspace_id, started))
@@ -174,8 +183,7 @@ def write_replayed_run(home: Path, workspace_id: str, started: float, until) -> 
         with open(run_dir / "logs" / f"{worker}.log", "a") as handle:
             handle.write(line + "\n")
         if "W&B offline run in" in line:  # the recipe writes its run file as it says so
-            (run_dir / "out" / "wandb_run.json").write_text(
-                real_text("out/wandb_run.json", workspace_id, started))
+            write_wandb_run(run_dir, home, workspace_id, started)
         history.worker_line(worker, line)
         stamps += [at] * (len(read_history(run_dir)) + 1 - len(stamps))
         if until(history):

@@ -1,5 +1,5 @@
-"""The workspace detail names the W&B run: its URL online, or the exact `wandb sync` command
-of an offline run (the file the recipe's telemetry writes when its run starts)."""
+"""The workspace detail names the W&B run: its URL online, or for an offline run the command
+that uploads it (the file the recipe's telemetry writes when its run starts)."""
 
 import asyncio
 import json
@@ -29,7 +29,8 @@ def test_detail_shows_the_offline_run_and_its_sync_command(app, seeded, tmp_path
             app.push_screen(WorkspaceDetailScreen(states.COMPLETED_ID))
             await on_screen(pilot, WorkspaceDetailScreen)
             await until(pilot, lambda: "W&B" in _status(app))
-            assert f"W&B offline; upload: wandb sync {sync_dir}" in " ".join(_status(app).split())
+            shown = " ".join(_status(app).split())
+            assert f"W&B offline; upload: geotrain workspaces sync {states.COMPLETED_ID}" in shown
             app.pop_screen()
             app.push_screen(WorkspaceDetailScreen(states.FAILED_ID))
             await on_screen(pilot, WorkspaceDetailScreen)
