@@ -35,11 +35,11 @@ from core.domain.records import Workspace
 from core.errors import GeotrainError, InvalidInput
 from core.schema.user_files import read_user_file
 from core.schema.yaml_loader import load_yaml
+from core.state.no_follow import CHUNK, copy_plain_file, plain_dir, walk_files
 
 MANIFEST = "geotrain-export.json"
 STEP_DIR = re.compile(r"step_(\d{8})")
 RANK_FILE = re.compile(r"rank_(\d+)\.(pt|json)")
-CHUNK = 1 << 20
 
 
 @dataclass
@@ -67,119 +67,6 @@ def human_bytes(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
-
-
-# walking without following links ------------------------------------------------------
-# By file descriptor: each directory is opened with O_NOFOLLOW relative to the one above it,
-# so nothing can be swapped for a link between a check and a use (no path is re-resolved).
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
-
-
-def _plain_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def open_dir(path: Path, anchor: Path | None = None) -> int:
-    """A descriptor of directory `path`, no link followed in `anchor` (the run directory,
-    which the app made) or any component below it; without an anchor, not in the last one."""
-    path = Path(path)
-    try:
-        rel = path.relative_to(anchor) if anchor is not None else None
-    except ValueError:
-        rel = None
-    if rel is None:
-        return os.open(path, DIR_FLAGS)
-    fd = os.open(anchor, DIR_FLAGS)
-    try:
-        for part in rel.parts:
-            inner = os.open(part, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-@dataclass
-class FileAt:
-    """A regular file seen in a directory held open: `name` in `dir_fd` (valid while walking)."""
-
-    dir_fd: int
-    name: str
-    path: Path
-
-    def size(self) -> int:
-        return os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False).st_size
-
-
-def walk_files(root: Path, skipped: list[str], prefix: str = "",
-               anchor: Path | None = None) -> Iterable[tuple[str, FileAt]]:
-    """(relative name, file) of every regular file under `root`; links and odd files skipped."""
-    try:
-        fd = open_dir(root, anchor)
-    except OSError:
-        if os.path.lexists(root):
-            skipped.append(prefix or Path(root).name)
-        return
-    try:
-        yield from _walk_fd(fd, Path(root), skipped, prefix)
-    finally:
-        os.close(fd)
-
-
-def _walk_fd(fd: int, path: Path, skipped: list[str], prefix: str) -> Iterable[tuple[str, FileAt]]:
-    with os.scandir(fd) as entries:
-        listed = sorted(entries, key=lambda e: e.name)
-    for entry in listed:
-        name = f"{prefix}{entry.name}"
-        if entry.is_symlink():
-            skipped.append(name)
-        elif entry.is_dir(follow_symlinks=False):
-            try:
-                inner = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                skipped.append(name)
-                continue
-            try:
-                yield from _walk_fd(inner, path / entry.name, skipped, name + "/")
-            finally:
-                os.close(inner)
-        elif entry.is_file(follow_symlinks=False):
-            yield name, FileAt(fd, entry.name, path / entry.name)
-        else:
-            skipped.append(name)
-
-
-def copy_plain_file(src: Path | FileAt, dst: Path, anchor: Path | None = None) -> tuple[int, str] | None:
-    """Copy a regular file opened without following a link; (bytes, sha256), or None.
-    A path is opened through its directory (see open_dir, `anchor`)."""
-    try:
-        if isinstance(src, FileAt):
-            fd = os.open(src.name, FILE_FLAGS, dir_fd=src.dir_fd)
-        else:
-            parent = open_dir(Path(src).parent, anchor)
-            try:
-                fd = os.open(Path(src).name, FILE_FLAGS, dir_fd=parent)
-            finally:
-                os.close(parent)
-    except OSError:
-        return None
-    digest, size = hashlib.sha256(), 0
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        with open(dst, "xb") as out:
-            for block in iter(lambda: fh.read(CHUNK), b""):
-                out.write(block)
-                digest.update(block)
-                size += len(block)
-    return size, digest.hexdigest()
 
 
 def _sha256(path: Path) -> str:
@@ -289,7 +176,7 @@ def _fill(backend: Backend, ws: Workspace, out: Path) -> dict:
     sources = backend.result_files(ws.id, ws.spec)
     anchor = _anchor(sources)
     for key, src in sources.items():
-        if src.name == key and not _plain_dir(src):  # a single file (config.yaml, metrics.jsonl …)
+        if src.name == key and not plain_dir(src):  # a single file (config.yaml, metrics.jsonl …)
             if src.is_symlink():
                 skipped.append(key)
             elif os.path.lexists(src):
@@ -410,7 +297,7 @@ def seed_checkpoints(export: ExportedRun, checkpoint_root: Path, out_dir: Path) 
     files written (the caller removes them if the deploy fails). All or nothing."""
     checkpoint_root = Path(checkpoint_root)
     if checkpoint_root.is_dir() and any(checkpoint_root.iterdir()) or \
-            (os.path.lexists(checkpoint_root) and not _plain_dir(checkpoint_root)):
+            (os.path.lexists(checkpoint_root) and not plain_dir(checkpoint_root)):
         raise InvalidInput(f"the checkpoint directory {checkpoint_root} is not empty",
                            "set recovery.checkpoint_dir to a new directory, or leave it unset")
     written: list[Path] = []

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from recipes.algorithms.exchange import FullPrecisionExchange
 from recipes.algorithms.streaming import StreamingDiLoCo, fragment_bounds, sync_offsets
 from recipes.distributed import Wire
-from tests.recipes.conftest import free_port
+from tests.recipes.conftest import two_gloo_ranks
 
 
 def test_fragments_cut_at_parameter_boundaries_and_stagger():
@@ -32,9 +27,7 @@ class Three(torch.nn.Module):
         self.a, self.b, self.c = (torch.nn.Parameter(torch.zeros(n)) for n in (3, 1, 2))
 
 
-def _rank(rank: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _rank(rank: int) -> list:
     torch.manual_seed(0)
     model, wire = Three(), Wire(2)
     algo = StreamingDiLoCo(model, lambda n: FullPrecisionExchange(n, 32, wire), fragments=2, inner_steps=4,
@@ -50,15 +43,12 @@ def _rank(rank: int, port: int, out: str) -> None:
         algo.finish(7)
     log.append({"step": "end", "a": model.a.tolist(), "bc": model.b.tolist() + model.c.tolist(),
                 "bytes": wire.bytes_sent})
-    with open(f"{out}/rank{rank}.json", "w") as fh:
-        json.dump(log, fh)
-    dist.destroy_process_group()
+    return log
 
 
 @pytest.mark.timeout(120)
 def test_each_fragment_syncs_on_its_schedule_and_ranks_agree_at_the_end(tmp_path):
-    mp.start_processes(_rank, args=(free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    r0, r1 = two_gloo_ranks(_rank, tmp_path)
     # H=4, F=2: fragment 0 ([a]) syncs when step % 4 == 0, fragment 1 ([b, c]) when step % 4 == 2
     assert [(e["step"], e["synced"]) for e in r0[:-1] if e["synced"]] == [(2, [1]), (4, [0]), (6, [1])]
     # By hand (outer lr 0.5, no momentum): a sync moves the global weights by 0.5 * mean(progress)
