@@ -200,7 +200,9 @@ def test_real_torchrun_gives_each_process_of_a_pod_its_own_rank_in_the_datacente
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2",
          "--monitor-interval=1", *wrapper, sys.executable, "-c",
-         "import os; print('ranks', os.environ['LOCAL_RANK'], os.environ['GEOTRAIN_DC_RANK'])"],
+         # one write(2) per process, under PIPE_BUF: the two processes share the pipe and a
+         # print() in pieces interleaved ("ranksranks 0 16")
+         "import os; os.write(1, f\"ranks {os.environ['LOCAL_RANK']} {os.environ['GEOTRAIN_DC_RANK']}\\n\".encode())"],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "GEOTRAIN_DC_RANK": "16", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
