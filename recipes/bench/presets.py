@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="text task: start the seeds here (one seed per run)")
     parser.add_argument("--merge", type=Path, nargs="+", metavar="REPORT",
                         help="text task: combine reports of the same settings on different seeds, run nothing")
+    parser.add_argument("--shards", choices=("passages", "topics"), default="passages",
+                        help="text task: passages: every worker a random half of every topic (like c4's "
+                             "rows); topics: each worker its own half of the topics")
     parser.add_argument("--eval-every", type=int, default=50, help="text task: held-out evaluation interval")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
                         help="text task: extra override for one method (tuning), e.g. high:diloco.inner_steps=50")
@@ -202,12 +205,13 @@ def text_main(args) -> int:
     ddp_curves = None
     if args.ddp_from:
         earlier = json.loads(args.ddp_from.read_text())
-        if earlier.get("ddp_steps") != steps or earlier.get("eval_every") != args.eval_every:
+        if earlier.get("ddp_steps") != steps or earlier.get("eval_every") != args.eval_every \
+                or earlier.get("corpus", {}).get("shards", "topics") != args.shards:
             raise SystemExit(f"--ddp-from {args.ddp_from}: its steps/eval interval differ from this run's")
         ddp_curves = {r["seed"]: r["methods"]["ddp"]["curve"] for r in earlier["runs"]}
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     report = run_text(methods, steps, seeds, args.eval_every, 16,
-                      lambda name, o, workdir: torchrun(name, o, workdir), overrides, ddp_curves)
+                      lambda name, o, workdir: torchrun(name, o, workdir), overrides, ddp_curves, args.shards)
     if ddp_curves:
         report["ddp_from"] = str(args.ddp_from)
     report["methods"]["none"] = {**report["methods"]["ddp"], "same_as": "ddp"}

@@ -5,6 +5,10 @@
 Text: the English prose of Python's own documentation that ships with every CPython
 (`pydoc_data/topics.py`, ~465 KB over 79 topics; PSF licence), byte tokens. Topics in
 name order; the last ones making up >= 10% of the bytes are held out (never trained on).
+The training topics are cut at paragraph breaks into ~1 KB passages in a fixed shuffled
+order, so the loader's round-robin split gives each worker a random half of every topic,
+as c4's independent rows do (`--shards topics`: one row per topic, each worker its own
+half of the topics: non-IID shards).
 Each method is one real 2-worker torchrun of 2N steps whose learning rate decays over
 the first N (then stays at the floor), evaluated every `eval_every` steps on the weights
 the ranks agree on (DiLoCo's outer weights). Its loss at step N is the equal-compute
@@ -15,10 +19,12 @@ loss at step N, and `reach_bytes` what one rank had sent by then.
 from __future__ import annotations
 
 import json
+import random
 import tempfile
 from pathlib import Path
 
 HELDOUT_FRACTION = 0.10
+PASSAGE_BYTES = 1024
 TEXT_SHARED = ["data.source=c4", "data.tokenizer=bytes", "data.batch_size=8", "data.seq_len=64",
                "optim.lr=0.003", "optim.warmup_steps=50", "logging.wandb=false", "checkpoint.every=0",
                "checkpoint.resume=false", "logging.log_every=100"]
@@ -43,15 +49,36 @@ def split_documents(docs: list[tuple[str, str]], fraction: float = HELDOUT_FRACT
     return docs[:len(docs) - len(held)], held
 
 
-def write_corpus(folder: Path) -> dict:
-    """`pydoc-train.jsonl` and `pydoc-validation.jsonl` (a `text` column) for the c4 loader."""
+def passages(docs: list[tuple[str, str]], size: int = PASSAGE_BYTES, seed: int = 0) -> list[tuple[str, str]]:
+    """The documents cut at paragraph breaks into passages of at least `size` bytes (a document's
+    last passage may be shorter), in a fixed shuffled order: rows like c4's, each a piece of one
+    topic, so that the loader's round-robin split gives every worker a random half of every topic."""
+    out = []
+    for topic, text in docs:
+        piece: list[str] = []
+        for para in text.split("\n\n"):
+            piece.append(para)
+            if len("\n\n".join(piece).encode()) >= size:
+                out.append((topic, "\n\n".join(piece)))
+                piece = []
+        if piece:
+            out.append((topic, "\n\n".join(piece)))
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def write_corpus(folder: Path, shards: str = "passages") -> dict:
+    """`pydoc-train.jsonl` and `pydoc-validation.jsonl` (a `text` column) for the c4 loader.
+    shards="passages": training rows are shuffled passages (every worker sees every topic);
+    "topics": one row per topic in name order (each worker gets its own half of the topics)."""
     folder.mkdir(parents=True, exist_ok=True)
     train, held = split_documents(corpus_documents())
-    for name, docs in (("pydoc-train.jsonl", train), ("pydoc-validation.jsonl", held)):
+    rows = passages(train) if shards == "passages" else train
+    for name, docs in (("pydoc-train.jsonl", rows), ("pydoc-validation.jsonl", held)):
         with (folder / name).open("w") as fh:
             for topic, text in docs:
                 fh.write(json.dumps({"topic": topic, "text": text}) + "\n")
-    return {"train_docs": len(train), "heldout_docs": len(held),
+    return {"train_docs": len(train), "heldout_docs": len(held), "train_rows": len(rows), "shards": shards,
             "train_bytes": sum(len(t.encode()) for _, t in train), "heldout_bytes": sum(len(t.encode()) for _, t in held)}
 
 
@@ -101,14 +128,15 @@ def worst_of(runs: list[dict], name: str) -> dict:
 
 
 def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, eval_batches: int,
-             run_method, overrides: dict[str, list[str]], ddp_curves: dict[int, list[dict]] | None = None) -> dict:
+             run_method, overrides: dict[str, list[str]], ddp_curves: dict[int, list[dict]] | None = None,
+             shards: str = "passages") -> dict:
     """Every method on every seed; `run_method(name, overrides, workdir) -> result.json dict`.
     `ddp_curves` (seed -> curve, from an earlier report of the same settings) skips DDP's runs."""
     if steps % eval_every:
         raise ValueError(f"--eval-every {eval_every} must divide --steps {steps}")
     runs = []
     with tempfile.TemporaryDirectory(prefix="geotrain-bench-text-") as tmp:
-        corpus = write_corpus(Path(tmp) / "corpus")
+        corpus = write_corpus(Path(tmp) / "corpus", shards)
         for seed in seeds:
             shared = [*TEXT_SHARED, f"data.path={Path(tmp) / 'corpus'}", f"seed={seed}", f"steps={2 * steps}",
                       f"optim.schedule_steps={steps}", f"logging.eval_every={eval_every}",
@@ -137,6 +165,8 @@ def merge_reports(reports: list[dict]) -> dict:
     """Reports of the same settings on different seeds (e.g. run one seed at a time) as one report."""
     first = reports[0]
     same = ("ddp_steps", "eval_every", "reach_run_steps")
+    if any(o.get("corpus", {}).get("shards") != first.get("corpus", {}).get("shards") for o in reports[1:]):
+        raise ValueError("these reports shard the text differently (--shards)")
     for other in reports[1:]:
         if any(other[k] != first[k] for k in same):
             raise ValueError("these reports were run with different steps or evaluation intervals")
@@ -160,6 +190,7 @@ def merge_reports(reports: list[dict]) -> dict:
 
 def print_text_table(report: dict) -> None:
     print(f"text task: {report['ddp_steps']} steps x 2 workers (reach run {report['reach_run_steps']}), "
+          f"shards: {report.get('corpus', {}).get('shards', 'topics')}, "
           f"seeds {report['seeds']}, DDP held-out loss {report['ddp_loss']:.4f}")
     print(f"{'method':<14}{'bytes/rank':>14}{'vs DDP':>10}{'loss':>9}{'loss/DDP':>10}{'reach step':>12}"
           f"{'x DDP steps':>13}{'reach bytes':>14}{'x fewer':>10}")

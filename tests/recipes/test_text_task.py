@@ -59,6 +59,33 @@ def test_corpus_is_stdlib_prose_with_a_disjoint_heldout_tail(tmp_path):
                                             (tmp_path / "pydoc-train.jsonl").read_text().splitlines()}
 
 
+def test_training_rows_are_shuffled_passages_so_every_worker_sees_every_topic(tmp_path):
+    from recipes.bench.text import passages
+
+    train, _ = split_documents(corpus_documents())
+    rows = passages(train)
+    assert rows == passages(train) and rows != sorted(rows)  # a fixed shuffle
+    for topic, text in train:  # cut only at paragraph breaks: a topic's passages rebuild it
+        own = [t for name, t in rows if name == topic]
+        assert sorted(own) == sorted(_passages_of(text)) and "\n\n".join(_passages_of(text)) == text
+    assert all(len(t.encode()) >= 1024 for t in _passages_of(train[0][1])[:-1])
+    halves = [{name for name, _ in rows[r::2]} for r in (0, 1)]  # the loader's round-robin split of 2 ranks
+    big = {name for name, text in train if len(text.encode()) >= 8 * 1024}
+    assert big and big <= halves[0] & halves[1]
+    info = write_corpus(tmp_path, shards="topics")
+    assert info["train_rows"] == len(train) and info["shards"] == "topics"
+
+
+def _passages_of(text: str) -> list[str]:
+    out, piece = [], []
+    for para in text.split("\n\n"):
+        piece.append(para)
+        if len("\n\n".join(piece).encode()) >= 1024:
+            out.append("\n\n".join(piece))
+            piece = []
+    return out + (["\n\n".join(piece)] if piece else [])
+
+
 def _cfg(tmp_path, **data):
     return parse_config({"model": "gpt-neo", "size": "tiny", "steps": 4, "out_dir": str(tmp_path / "run"),
                          "data": {"source": "c4", "batch_size": 2, "seq_len": 16, **data}})
