@@ -87,9 +87,8 @@ class Trainer:
         if self.membership is not None or not self.rt.distributed:
             raise topology.TopologyError("hierarchical DiLoCo needs one torchrun group (not the elastic pool)")
         say(self.rt.rank, f"hierarchical DiLoCo: {place.describe()}"
-                          + (" (overlap is off: the exchange between datacenters is synchronous)"
-                             if self.cfg.diloco.overlap else ""))
-        lan, self.wire = hierarchical.groups(place)
+                          + (" (overlapped exchange)" if self.cfg.diloco.overlap else ""))
+        lan, self.wire, _twin = hierarchical.groups(place, overlap=self.cfg.diloco.overlap)
         return lan
 
     def wire_bytes(self) -> dict:

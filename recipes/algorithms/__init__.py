@@ -62,6 +62,13 @@ def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire
 def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wire, numel: int):
     if comp.algorithm == "demo":
         raise TopologyError("DeMo has no exchange between datacenters: use a diloco preset, or datacenters: 1")
-    exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback)
+    if comp.fragments > 1:
+        raise TopologyError("diloco.fragments is not available across datacenters yet: set diloco.fragments=1, "
+                            "or datacenters: 1")
+    twin = lan.twins[0] if cfg.diloco.overlap and getattr(lan, "twins", None) else None  # groups(overlap=True)
+    if cfg.diloco.overlap and twin is None:
+        raise TopologyError("diloco.overlap across datacenters needs the LAN groups made with overlap=True")
+    exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback,
+                                    lan_exchange=twin)
     return HierarchicalDiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
-                              outer_momentum=comp.outer_momentum)
+                              outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap)

@@ -18,11 +18,16 @@ So one datacenter sends 2(K-1)/K of one payload per outer step whatever M is, in
 of (K-1) payloads for an all-gather. Last, the datacenter's workers all-gather their
 averaged shards over the LAN. `bytes_sent` of the trainer's wire counts what crosses
 the WAN; the LAN wire counts what stays inside datacenters.
+
+With `diloco.overlap`, the exchange runs on a background thread (one at a time) over
+a second connection of the datacenter's LAN group, so the inner steps' all-reduces on
+the datacenter's group never interleave with it; the next outer step waits for it.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 import torch.distributed as dist
@@ -40,14 +45,31 @@ class GroupWire(Wire):
 
     def __init__(self, size: int, group, me: int) -> None:
         self.world_size, self.group, self.me = size, group, me
-        self.bytes_sent = 0
+        self.own_bytes = 0
+        self.twins: list[GroupWire] = []
         self.streams = None  # striping is for the flat exchange; sub-groups use one connection each
+
+    @property
+    def bytes_sent(self) -> int:
+        """What this member sent on this group and on its twins (same members, other connections)."""
+        return self.own_bytes + sum(t.own_bytes for t in self.twins)
+
+    @bytes_sent.setter
+    def bytes_sent(self, value: int) -> None:  # a resumed run restores its total
+        self.own_bytes = value - sum(t.own_bytes for t in self.twins)
+
+    def twin(self, group) -> GroupWire:
+        """A wire on `group` (the same members: new connections), counted in this one's bytes_sent;
+        each keeps its own counter, so two threads never add to one."""
+        other = GroupWire(self.world_size, group, self.me)
+        self.twins.append(other)
+        return other
 
     def all_reduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:
             return tensor
         n = self.world_size
-        self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
+        self.own_bytes += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
         dist.all_reduce(tensor, group=self.group)
         return tensor.div_(n)
 
@@ -56,7 +78,7 @@ class GroupWire(Wire):
         here. Bytes counted: every part but the one this member keeps."""
         if self.world_size == 1:
             return [send[0]]
-        self.bytes_sent += sum(t.numel() * t.element_size() for i, t in enumerate(send) if i != self.me)
+        self.own_bytes += sum(t.numel() * t.element_size() for i, t in enumerate(send) if i != self.me)
         flat = torch.cat([t.contiguous().view(-1) for t in send])
         out = flat.new_empty(sum(recv_numel))
         dist.all_to_all_single(out, flat, output_split_sizes=list(recv_numel),
@@ -139,32 +161,89 @@ class QuantizedAllReduce:
         self.feedback.residual, self.reduce_feedback.residual = state["residual"], state["reduce_residual"]
 
 
+class BackgroundWork:
+    """An exchange running on its own thread; wait() is where training waits for the WAN.
+    A daemon thread: a worker that fails mid-exchange exits without waiting for it."""
+
+    def __init__(self, run, *args) -> None:
+        self.result: torch.Tensor | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, args=(run, *args), name="geotrain-wan-exchange",
+                                       daemon=True)
+        self.thread.start()
+
+    def _main(self, run, *args) -> None:
+        try:
+            self.result = run(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread by wait()
+            self.error = exc
+
+    def done(self) -> None:
+        self.thread.join()
+
+    def wait(self) -> torch.Tensor:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class HierarchicalExchange:
     """DiLoCo's exchange between datacenters: this worker's shard over its WAN group, then the
-    datacenter's shards gathered over the LAN. Synchronous (one outer step lands before the next)."""
+    datacenter's shards gathered over the LAN. `start(async_op=True)` runs it in the background
+    (needs `lan_exchange`, a twin of the LAN group the inner steps do not use); exchanges never
+    run two at a time (one WAN group, one error-feedback state)."""
 
     def __init__(self, numel: int, bits: int, block: int, lan: GroupWire, wan: GroupWire,
-                 error_feedback: bool = True) -> None:
+                 error_feedback: bool = True, lan_exchange: GroupWire | None = None) -> None:
         self.numel, self.lan, self.wire = numel, lan, wan
+        self.lan_exchange = lan_exchange
         align = block if bits not in (32, 16) else 1
         self.shards = cut(numel, lan.world_size, align)
         a, b = self.shards[lan.me]
         self.reduce = QuantizedAllReduce(b - a, bits, block, wan, error_feedback)
+        self.last: BackgroundWork | None = None
+        self.before: dict | None = None  # error feedback before the exchange in flight, until it is finished
+        self.ran_on = ""  # the thread that ran the latest exchange (tests)
+
+    def _run(self, delta: torch.Tensor, lan: GroupWire) -> torch.Tensor:
+        self.ran_on = threading.current_thread().name
+        a, b = self.shards[lan.me]
+        shard = self.reduce(delta[a:b])
+        parts = lan.exchange([shard] * lan.world_size, [hi - lo for lo, hi in self.shards])
+        return torch.cat(parts)
 
     def start(self, delta: torch.Tensor, async_op: bool = False) -> Pending:
-        a, b = self.shards[self.lan.me]
-        shard = self.reduce(delta[a:b])
-        parts = self.lan.exchange([shard] * self.lan.world_size, [hi - lo for lo, hi in self.shards])
-        return Pending(sent=delta, gathered=[torch.cat(parts)])
+        self.drain()
+        if not async_op:
+            return Pending(sent=delta, gathered=[self._run(delta, self.lan)])
+        if self.lan_exchange is None:
+            raise RuntimeError("an overlapped exchange needs its own LAN group (hierarchical.groups(overlap=True))")
+        self.before = {k: v.clone() if torch.is_tensor(v) else v for k, v in self.reduce.state_dict().items()}
+        self.last = BackgroundWork(self._run, delta.detach().clone(), self.lan_exchange)
+        return Pending(sent=delta, work=self.last)
+
+    def drain(self) -> None:
+        """Wait for the exchange in flight, if any (its result or error stays with its Pending)."""
+        if self.last is not None:
+            self.last.done()
 
     def reissue(self, sent: torch.Tensor, async_op: bool = False) -> Pending:
         return self.start(sent, async_op)
 
     def finish(self, pending: Pending) -> torch.Tensor:
-        return pending.gathered[0]
+        if pending.work is None:
+            return pending.gathered[0]
+        out = pending.work.wait()
+        if pending.work is self.last:
+            self.before = None
+        return out
 
     def state_dict(self) -> dict:
-        return self.reduce.state_dict()
+        """Error feedback as it was before the exchange still in flight: a resumed run re-sends
+        that exchange (DiLoCo keeps what it sent), so it must start from the same state."""
+        self.drain()
+        return self.before if self.before is not None else self.reduce.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         self.reduce.load_state_dict(state)
@@ -176,7 +255,6 @@ class HierarchicalDiLoCo(DiLoCo):
     name = "diloco-hierarchical"
 
     def __init__(self, model: torch.nn.Module, exchange: HierarchicalExchange, **kwargs) -> None:
-        kwargs["overlap"] = False  # the exchange is synchronous; a delayed one would need its own state
         super().__init__(model, exchange, **kwargs)
         self.lan = DDP(model, exchange.lan)
 
@@ -194,10 +272,11 @@ def places(topology: Topology) -> list[tuple[int, int]]:
     return [(int(t[0]), int(t[1])) for t in gathered]  # layout() refuses a place out of range
 
 
-def groups(topology: Topology) -> tuple[GroupWire, GroupWire]:
-    """(LAN wire, WAN wire) of this rank; a collective: every rank calls it, in the same order."""
+def groups(topology: Topology, overlap: bool = False) -> tuple[GroupWire, GroupWire, GroupWire | None]:
+    """(LAN wire, WAN wire, the LAN's twin for an overlapped exchange or None) of this rank;
+    a collective: every rank calls it, in the same order, with the same `overlap`."""
     lan_ranks, wan_ranks = layout(places(topology), topology.count, topology.size)
-    lan = wan = None
+    lan = wan = twin = None
     for ranks in lan_ranks:  # new_group is collective: all ranks create all groups
         group = dist.new_group(ranks)
         if ranks == lan_ranks[topology.index]:
@@ -206,4 +285,9 @@ def groups(topology: Topology) -> tuple[GroupWire, GroupWire]:
         group = dist.new_group(ranks)
         if ranks == wan_ranks[topology.rank]:
             wan = GroupWire(len(ranks), group, topology.index)
-    return lan, wan
+    if overlap:
+        for ranks in lan_ranks:
+            group = dist.new_group(ranks)
+            if ranks == lan_ranks[topology.index]:
+                twin = lan.twin(group)
+    return lan, wan, twin

@@ -17,12 +17,14 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 import torch.distributed as dist
 
 from recipes import catalog, train
+from recipes.algorithms import hierarchical
 
 BENCH_SIZES = {
     "wan": dict(hidden_size=128, num_layers=2, num_heads=4, vocab_size=256,
@@ -39,6 +41,8 @@ LAN_GROUPS: list = []  # a datacenter's own group (hierarchical DiLoCo): its wai
 
 
 def _charge(seconds: float, kwargs: dict) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # an overlapped exchange's own thread: training goes on meanwhile (its wait is charged below)
     group = kwargs.get("group")
     STATS["lan_wait_s" if group is not None and any(group is g for g in LAN_GROUPS) else "wait_s"] += seconds
 
@@ -77,6 +81,16 @@ def install() -> None:
     for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
                  "all_to_all_single"):
         setattr(dist, name, timed(getattr(dist, name)))
+    background_wait = hierarchical.BackgroundWork.wait
+
+    def charged_wait(self):  # where training waits for an overlapped exchange between datacenters
+        start = time.perf_counter()
+        try:
+            return background_wait(self)
+        finally:
+            _charge(time.perf_counter() - start, {})
+
+    hierarchical.BackgroundWork.wait = charged_wait
     first_step = train.Trainer.train_step
     evaluate = train.Trainer.evaluate
 

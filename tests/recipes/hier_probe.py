@@ -7,7 +7,8 @@ after every inner step, which ranks hold identical weights.
 After each step every rank all-gathers its flat parameters (on the default group, outside
 the byte counters); rank 0 writes <out_dir>/probe.json: per step, whether each
 datacenter's replicas are bitwise equal, whether all ranks are, and whether an outer
-step ran. Test instrumentation, not a stand-in: the training is the real one.
+step ran; after the last exchange has landed, <out_dir>/final.json: whether all ranks are
+equal. Test instrumentation, not a stand-in: the training is the real one.
 """
 
 from __future__ import annotations
@@ -75,6 +76,19 @@ def install() -> None:
 
     def checked_init(self, cfg, rt):
         init(self, cfg, rt)
+        finish = self.algo.finish
+
+        def checked_finish(last_step):  # after the last exchange has landed: every rank equal?
+            finish(last_step)
+            flat = torch.cat([p.detach().float().flatten() for p in self.model.parameters()])
+            every = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+            dist.all_gather(every, flat)
+            if rt.rank == 0:
+                (self.out_dir / "final.json").write_text(json.dumps(
+                    {"all_equal": all(torch.equal(every[0], w) for w in every), "wan_bytes": self.wire.bytes_sent,
+                     "exchange_thread": self.algo.exchange.ran_on}))
+
+        self.algo.finish = checked_finish
         mine = [exchange_rounds(rt.rank, rt.world_size, bits) for bits in (8, 4, 16)]
         every: list = [None] * rt.world_size
         dist.all_gather_object(every, mine)

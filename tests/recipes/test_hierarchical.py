@@ -22,20 +22,23 @@ BOUND = {8: 2 * 2 ** -4 * 1.07, 4: 2 * (1 / 6) * 1.2, 16: 2 * 2 ** -8 * 1.01}
 STEPS, INNER = 9, 3
 
 
-@pytest.fixture(scope="module")
-def probe_run(tmp_path_factory):
+def _probe(out, *extra: str):
     """One real 4-rank torchrun (gloo): the exchange rounds on random tensors, then a 2 datacenter
     x 2 worker training run checked after every step (tests/recipes/hier_probe.py)."""
-    out = tmp_path_factory.mktemp("hier") / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
            "-m", "tests.recipes.hier_probe", "--config", str(TINY_GPT), "datacenters=2",
            "gradient_compression=medium", f"diloco.inner_steps={INNER}", f"steps={STEPS}", f"out_dir={out}",
            "device=cpu", "dist.backend=gloo", "data.batch_size=2", "data.seq_len=16", "logging.wandb=false",
-           "checkpoint.every=0", "logging.log_every=3", "logging.eval_batches=1", "optim.warmup_steps=1"]
+           "checkpoint.every=0", "logging.log_every=3", "logging.eval_batches=1", "optim.warmup_steps=1", *extra]
     proc = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def probe_run(tmp_path_factory):
+    return _probe(tmp_path_factory.mktemp("hier") / "run")
 
 
 def test_quantised_reduce_scatter_all_gather_against_fp32_all_reduce(probe_run):
@@ -96,3 +99,58 @@ def test_two_datacenters_of_two_workers_train_as_two_replicas(probe_run):
     result = json.loads((out / "result.json").read_text())
     assert result["lan_bytes"] > 0 and result["bytes_sent"] == wan[-1]
 
+
+
+def test_an_overlapped_exchange_keeps_replicas_equal_and_lands_before_the_end(probe_run, tmp_path):
+    """diloco.overlap across datacenters: the exchange runs on a background thread over a twin
+    LAN group while the next inner steps all-reduce on the datacenter's own group."""
+    out, stdout = _probe(tmp_path / "overlap", "diloco.overlap=true")
+    assert "(overlapped exchange)" in stdout
+    probe = json.loads((out / "probe.json").read_text())
+    assert [p["step"] for p in probe if p["outer"]] == [3, 6, 9]
+    for p in probe:
+        assert p["dc_equal"] == [True, True], p  # the background exchange never desyncs a datacenter
+    # between outer steps each datacenter keeps its own progress on the one-step-delayed weights
+    assert not any(p["all_equal"] for p in probe if p["step"] > INNER)
+    final = json.loads((out / "final.json").read_text())
+    assert final["all_equal"] and final["exchange_thread"] == "geotrain-wan-exchange"
+    # the same three exchanges as the synchronous run, byte for byte
+    sync = json.loads((probe_run[0] / "result.json").read_text())
+    assert final["wan_bytes"] == sync["bytes_sent"] > 0
+    assert json.loads((out / "result.json").read_text())["bytes_sent"] == sync["bytes_sent"]
+
+
+def test_fragments_are_refused_across_datacenters():
+    from recipes.algorithms import _hierarchical
+    from recipes.config import parse_config, resolve_compression
+
+    cfg = parse_config({"model": "gpt-neo", "size": "tiny", "gradient_compression": "high"}, ["diloco.fragments=4"])
+    with pytest.raises(TopologyError, match="fragments is not available across datacenters"):
+        _hierarchical(None, resolve_compression(cfg), cfg, None, None, 10)
+
+
+def test_an_exchange_in_flight_checkpoints_the_state_it_started_from():
+    """One member per group (no process group needed): the background exchange gives what the
+    synchronous one gives, and a checkpoint taken while it is in flight holds the error feedback
+    from before it, so the resumed run's re-sent exchange starts where this one did."""
+    import torch
+
+    from recipes.algorithms.hierarchical import GroupWire, HierarchicalExchange
+
+    def exchange():
+        lan = GroupWire(1, None, 0)
+        return HierarchicalExchange(1000, 4, 128, lan, GroupWire(1, None, 0), lan_exchange=lan.twin(None))
+
+    sync, overlapped = exchange(), exchange()
+    for r in range(3):
+        delta = torch.randn(1000, generator=torch.Generator().manual_seed(r))
+        expected = sync.finish(sync.start(delta))
+        pending = overlapped.start(delta, async_op=True)
+        before = overlapped.state_dict()  # taken while in flight
+        if r == 0:
+            assert not before["residual"].any()  # nothing was dropped before the first exchange
+        got = overlapped.finish(pending)
+        assert torch.equal(got, expected) and overlapped.ran_on == "geotrain-wan-exchange"
+        after = overlapped.state_dict()
+        assert torch.equal(after["residual"], sync.state_dict()["residual"])
+        assert not torch.equal(before["residual"], after["residual"])  # the exchange moved it on
