@@ -19,9 +19,10 @@ of (K-1) payloads for an all-gather. Last, the datacenter's workers all-gather t
 averaged shards over the LAN. `bytes_sent` of the trainer's wire counts what crosses
 the WAN; the LAN wire counts what stays inside datacenters.
 
-With `diloco.overlap`, the exchange runs on a background thread (one at a time) over
-a second connection of the datacenter's LAN group, so the inner steps' all-reduces on
-the datacenter's group never interleave with it; the next outer step waits for it.
+With `diloco.overlap`, the exchange runs on a background thread (one at a time), on CPU
+tensors over gloo groups of its own (the WAN groups and a twin of the datacenter's LAN
+group), so it never interleaves with the inner steps' all-reduces nor, on GPUs, queues on
+their stream; the next outer step waits for it. What it sent is counted when it has landed.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class GroupWire(Wire):
     def __init__(self, size: int, group, me: int) -> None:
         self.world_size, self.group, self.me = size, group, me
         self.own_bytes = 0
+        self.unposted = 0  # deferred: counted by a background exchange, added by post() when it has landed
+        self.deferred = False
         self.twins: list[GroupWire] = []
         self.streams = None  # striping is for the flat exchange; sub-groups use one connection each
 
@@ -58,6 +61,16 @@ class GroupWire(Wire):
     def bytes_sent(self, value: int) -> None:  # a resumed run restores its total
         self.own_bytes = value - sum(t.own_bytes for t in self.twins)
 
+    def count(self, nbytes: int) -> None:
+        if self.deferred:
+            self.unposted += nbytes
+        else:
+            self.own_bytes += nbytes
+
+    def post(self) -> None:
+        """Add what a landed background exchange sent (called on the training thread after it)."""
+        self.own_bytes, self.unposted = self.own_bytes + self.unposted, 0
+
     def twin(self, group) -> GroupWire:
         """A wire on `group` (the same members: new connections), counted in this one's bytes_sent;
         each keeps its own counter, so two threads never add to one."""
@@ -69,7 +82,7 @@ class GroupWire(Wire):
         if self.world_size == 1:
             return tensor
         n = self.world_size
-        self.own_bytes += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
+        self.count(2 * (n - 1) * tensor.numel() * tensor.element_size() // n)
         dist.all_reduce(tensor, group=self.group)
         return tensor.div_(n)
 
@@ -78,7 +91,7 @@ class GroupWire(Wire):
         here. Bytes counted: every part but the one this member keeps."""
         if self.world_size == 1:
             return [send[0]]
-        self.own_bytes += sum(t.numel() * t.element_size() for i, t in enumerate(send) if i != self.me)
+        self.count(sum(t.numel() * t.element_size() for i, t in enumerate(send) if i != self.me))
         flat = torch.cat([t.contiguous().view(-1) for t in send])
         out = flat.new_empty(sum(recv_numel))
         dist.all_to_all_single(out, flat, output_split_sizes=list(recv_numel),
@@ -202,6 +215,8 @@ class HierarchicalExchange:
         self.shards = cut(numel, lan.world_size, align)
         a, b = self.shards[lan.me]
         self.reduce = QuantizedAllReduce(b - a, bits, block, wan, error_feedback)
+        if lan_exchange is not None:  # overlapped: the WAN wire and the twin are the exchange thread's alone
+            wan.deferred = lan_exchange.deferred = True
         self.last: BackgroundWork | None = None
         self.before: dict | None = None  # error feedback before the exchange in flight, until it is finished
         self.ran_on = ""  # the thread that ran the latest exchange (tests)
@@ -215,18 +230,22 @@ class HierarchicalExchange:
 
     def start(self, delta: torch.Tensor, async_op: bool = False) -> Pending:
         self.drain()
-        if not async_op:
+        if self.last is not None and self.last.error is not None:
+            raise self.last.error  # never start the next exchange on groups the last one left mid-way
+        if not async_op or self.lan_exchange is None:  # (a resumed run that turned overlap off re-sends in line)
             return Pending(sent=delta, gathered=[self._run(delta, self.lan)])
-        if self.lan_exchange is None:
-            raise RuntimeError("an overlapped exchange needs its own LAN group (hierarchical.groups(overlap=True))")
         self.before = {k: v.clone() if torch.is_tensor(v) else v for k, v in self.reduce.state_dict().items()}
-        self.last = BackgroundWork(self._run, delta.detach().clone(), self.lan_exchange)
+        self.last = BackgroundWork(self._run, delta.detach().to("cpu", copy=True), self.lan_exchange)
         return Pending(sent=delta, work=self.last)
 
     def drain(self) -> None:
-        """Wait for the exchange in flight, if any (its result or error stays with its Pending)."""
+        """Wait for the exchange in flight, if any, and count what it sent (its result or error
+        stays with its Pending)."""
         if self.last is not None:
             self.last.done()
+            self.wire.post()
+            if self.lan_exchange is not None:
+                self.lan_exchange.post()
 
     def reissue(self, sent: torch.Tensor, async_op: bool = False) -> Pending:
         return self.start(sent, async_op)
@@ -234,10 +253,10 @@ class HierarchicalExchange:
     def finish(self, pending: Pending) -> torch.Tensor:
         if pending.work is None:
             return pending.gathered[0]
-        out = pending.work.wait()
-        if pending.work is self.last:
+        if pending.work is self.last:  # an older one was landed (and counted) when this one started
+            self.drain()
             self.before = None
-        return out
+        return pending.work.wait()
 
     def state_dict(self) -> dict:
         """Error feedback as it was before the exchange still in flight: a resumed run re-sends
@@ -281,13 +300,16 @@ def groups(topology: Topology, overlap: bool = False) -> tuple[GroupWire, GroupW
         group = dist.new_group(ranks)
         if ranks == lan_ranks[topology.index]:
             lan = GroupWire(len(ranks), group, topology.rank)
+    # overlapped: the exchange runs on CPU tensors over gloo groups on its own thread, so on GPUs it
+    # never queues on the training stream nor runs two NCCL communicators at once
+    side = "gloo" if overlap else None
     for ranks in wan_ranks:
-        group = dist.new_group(ranks)
+        group = dist.new_group(ranks, backend=side)
         if ranks == wan_ranks[topology.rank]:
             wan = GroupWire(len(ranks), group, topology.index)
     if overlap:
         for ranks in lan_ranks:
-            group = dist.new_group(ranks)
+            group = dist.new_group(ranks, backend=side)
             if ranks == lan_ranks[topology.index]:
                 twin = lan.twin(group)
     return lan, wan, twin

@@ -77,20 +77,23 @@ def timed(fn):
     return call
 
 
+def charged(method):
+    @functools.wraps(method)
+    def call(self):
+        start = time.perf_counter()
+        try:
+            return method(self)
+        finally:
+            _charge(time.perf_counter() - start, {})
+    return call
+
+
 def install() -> None:
     for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
                  "all_to_all_single"):
         setattr(dist, name, timed(getattr(dist, name)))
-    background_wait = hierarchical.BackgroundWork.wait
-
-    def charged_wait(self):  # where training waits for an overlapped exchange between datacenters
-        start = time.perf_counter()
-        try:
-            return background_wait(self)
-        finally:
-            _charge(time.perf_counter() - start, {})
-
-    hierarchical.BackgroundWork.wait = charged_wait
+    for name in ("wait", "done"):  # where training waits for an overlapped exchange between datacenters
+        setattr(hierarchical.BackgroundWork, name, charged(getattr(hierarchical.BackgroundWork, name)))
     first_step = train.Trainer.train_step
     evaluate = train.Trainer.evaluate
 

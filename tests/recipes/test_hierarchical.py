@@ -114,9 +114,12 @@ def test_an_overlapped_exchange_keeps_replicas_equal_and_lands_before_the_end(pr
     assert not any(p["all_equal"] for p in probe if p["step"] > INNER)
     final = json.loads((out / "final.json").read_text())
     assert final["all_equal"] and final["exchange_thread"] == "geotrain-wan-exchange"
-    # the same three exchanges as the synchronous run, byte for byte
+    # the same three exchanges as the synchronous run, byte for byte, each counted once it has
+    # landed (at the next outer step), so the counters never hold part of one
     sync = json.loads((probe_run[0] / "result.json").read_text())
     assert final["wan_bytes"] == sync["bytes_sent"] > 0
+    one = sync["bytes_sent"] // 3
+    assert [p["wan_bytes"] for p in probe if p["outer"]] == [0, one, 2 * one]
     assert json.loads((out / "result.json").read_text())["bytes_sent"] == sync["bytes_sent"]
 
 
@@ -154,3 +157,57 @@ def test_an_exchange_in_flight_checkpoints_the_state_it_started_from():
         after = overlapped.state_dict()
         assert torch.equal(after["residual"], sync.state_dict()["residual"])
         assert not torch.equal(before["residual"], after["residual"])  # the exchange moved it on
+
+
+class _SlowReduce:
+    """Stands in for the WAN reduce on one member: blocks until released, or fails."""
+
+    def __init__(self, fail: bool = False) -> None:
+        import threading
+
+        self.release, self.fail = threading.Event(), fail
+
+    def __call__(self, x):
+        assert self.release.wait(30)
+        if self.fail:
+            raise OSError("peer went away")
+        return x * 2
+
+    def state_dict(self) -> dict:
+        return {}
+
+
+def test_training_goes_on_while_the_exchange_is_in_flight_and_its_error_surfaces():
+    import torch
+
+    from recipes.algorithms.hierarchical import GroupWire, HierarchicalExchange
+
+    lan = GroupWire(1, None, 0)
+    ex = HierarchicalExchange(256, 4, 128, lan, GroupWire(1, None, 0), lan_exchange=lan.twin(None))
+    ex.reduce = _SlowReduce()
+    pending = ex.start(torch.ones(256), async_op=True)
+    assert pending.work.thread.is_alive()  # start() returned while the exchange still runs
+    ex.reduce.release.set()
+    assert torch.equal(ex.finish(pending), torch.full((256,), 2.0))
+    ex.reduce = _SlowReduce(fail=True)
+    failed = ex.start(torch.ones(256), async_op=True)
+    ex.reduce.release.set()
+    with pytest.raises(OSError, match="peer went away"):
+        ex.start(torch.ones(256), async_op=True)  # the next exchange never starts after a failed one
+    with pytest.raises(OSError, match="peer went away"):
+        ex.finish(failed)
+
+
+def test_a_background_exchange_is_counted_when_it_lands():
+    from recipes.algorithms.hierarchical import GroupWire
+
+    lan = GroupWire(2, None, 0)
+    twin = lan.twin(None)
+    twin.deferred = True
+    lan.count(100)
+    twin.count(40)  # in flight: not yet in the LAN total
+    assert lan.bytes_sent == 100
+    twin.post()
+    assert lan.bytes_sent == 140
+    lan.bytes_sent = 500  # a resumed run restores its total
+    assert lan.bytes_sent == 500 and lan.own_bytes == 460
