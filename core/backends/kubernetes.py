@@ -30,17 +30,11 @@ from core.state.secret_store import SecretStore
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.pod_phases import POD_PHASES, events_by_pod, pod_phase
+from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, events_by_pod, master_exit_code, pod_phase,
+                                        unschedulable_message)
 from core.domain.run_events import combine
 
 METRICS_TAIL_LINES = 2000
-JOB_PHASES = {
-    "Pending": Status.PENDING, "Inqueue": Status.PENDING,
-    "Running": Status.RUNNING, "Restarting": Status.RUNNING, "Completing": Status.RUNNING,
-    "Aborting": Status.RUNNING, "Terminating": Status.RUNNING,
-    "Completed": Status.COMPLETED,
-    "Aborted": Status.FAILED, "Terminated": Status.FAILED, "Failed": Status.FAILED,
-}
 PHASE_TAIL_LINES = 200  # enough of a starting pod's log to find its last data/rendezvous event
 PHASE_TAIL_BYTES = 256 * 1024  # ... and no more bytes of it, however long a worker's lines are
 METRICS_TAIL_BYTES = 4 * 1024 * 1024
@@ -253,14 +247,7 @@ class KubernetesBackend(Backend):
                 _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, *NETWORK_ERRORS):  # the reason is a nicety; status goes on
             return ""
-        uid = job["metadata"].get("uid")
-        for group in groups.get("items", []):
-            owners = {o.get("uid") for o in group["metadata"].get("ownerReferences", [])}
-            if uid in owners or group["metadata"]["name"] == job["metadata"]["name"]:
-                for cond in (group.get("status") or {}).get("conditions") or []:
-                    if cond.get("type") == "Unschedulable" and cond.get("status") == "True":
-                        return cond.get("message") or cond.get("reason") or ""
-        return ""
+        return unschedulable_message(job, groups.get("items", []))
 
     def status(self, workspace_id: str) -> WorkspaceState:
         job = self._job(workspace_id)
@@ -276,13 +263,13 @@ class KubernetesBackend(Backend):
             derived, workers = self._phases(workspace_id, pods, workers)
             if derived[0] != Status.PENDING.value:
                 return WorkspaceState(derived[0], reason=derived[1], workers=workers,
-                                      exit_code=self._master_exit_code(workspace_id, pods))
+                                      exit_code=master_exit_code(job_name(workspace_id), pods))
         if status is Status.PENDING:
             unschedulable = next((w.detail for w in workers if "unschedulable" in w.detail.lower()), "")
             reason = self._gang_reason(job) or unschedulable or reason or \
                 "waiting for the Volcano scheduler"
         return WorkspaceState(status.value, reason=reason, workers=workers,
-                              exit_code=self._master_exit_code(workspace_id, pods))
+                              exit_code=master_exit_code(job_name(workspace_id), pods))
 
     def _phases(self, workspace_id: str, pods: list[dict[str, Any]],
                 workers: list[WorkerState]) -> tuple[tuple[str, str], list[WorkerState]]:
@@ -337,14 +324,6 @@ class KubernetesBackend(Backend):
             detail = f"{detail} (restarts: {cstatus['restartCount']})".strip()
         return WorkerState(self._label(workspace_id, pod["metadata"]["name"]),
                            POD_PHASES.get(phase, Status.PENDING).value, detail)
-
-    def _master_exit_code(self, workspace_id: str, pods: list[dict[str, Any]]) -> int | None:
-        master = f"{job_name(workspace_id)}-master-0"
-        for pod in pods:
-            if pod["metadata"]["name"] == master:
-                terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
-                return terminated.get("exitCode")
-        return None
 
     def metrics(self, workspace_id: str) -> list[dict]:
         """Progress rows from rank 0's recent log lines (metrics.jsonl stays in the pod).

@@ -22,6 +22,13 @@ PULL_STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageN
 STARTING = {"ContainerCreating", "PodInitializing"}
 POD_PHASES = {"Pending": Status.PENDING, "Running": Status.RUNNING,
               "Succeeded": Status.COMPLETED, "Failed": Status.FAILED}
+JOB_PHASES = {  # a Volcano Job's status.state.phase
+    "Pending": Status.PENDING, "Inqueue": Status.PENDING,
+    "Running": Status.RUNNING, "Restarting": Status.RUNNING, "Completing": Status.RUNNING,
+    "Aborting": Status.RUNNING, "Terminating": Status.RUNNING,
+    "Completed": Status.COMPLETED,
+    "Aborted": Status.FAILED, "Terminated": Status.FAILED, "Failed": Status.FAILED,
+}
 _LIFECYCLE = {"Pulling": 0, "Pulled": 2}
 PULL_HINT = "check the image name (--image) and that the node can reach its registry"
 
@@ -87,3 +94,24 @@ def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list
     if follow.status == Status.PENDING.value:  # started, silent: torchrun's own rendezvous
         return Status.RENDEZVOUS.value, "started, no training step yet"
     return follow.status, follow.detail
+
+
+def unschedulable_message(job: dict[str, Any], podgroups: list[dict[str, Any]]) -> str:
+    """The scheduler's word on a pending job: its PodGroup's Unschedulable condition, or ''."""
+    uid = job["metadata"].get("uid")
+    for group in podgroups:
+        owners = {o.get("uid") for o in group["metadata"].get("ownerReferences", [])}
+        if uid in owners or group["metadata"]["name"] == job["metadata"]["name"]:
+            for cond in (group.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "Unschedulable" and cond.get("status") == "True":
+                    return cond.get("message") or cond.get("reason") or ""
+    return ""
+
+
+def master_exit_code(job: str, pods: list[dict[str, Any]]) -> int | None:
+    """The exit code of the job's master-0 container once it has terminated, else None."""
+    for pod in pods:
+        if pod["metadata"]["name"] == f"{job}-master-0":
+            terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+            return terminated.get("exitCode")
+    return None

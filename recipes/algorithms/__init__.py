@@ -65,7 +65,7 @@ def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wi
     if comp.fragments > 1:
         raise TopologyError("diloco.fragments is not available across datacenters yet: set diloco.fragments=1, "
                             "or datacenters: 1")
-    twin = lan.twins[0] if cfg.diloco.overlap and getattr(lan, "twins", None) else None  # groups(overlap=True)
+    twin = lan.twins[0] if cfg.diloco.overlap and lan.twins else None  # made by groups(overlap=True)
     if cfg.diloco.overlap and twin is None:
         raise TopologyError("diloco.overlap across datacenters needs the LAN groups made with overlap=True")
     exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback,

@@ -125,3 +125,26 @@ def test_the_events_list_is_one_bounded_page(fake, tmp_path, geotrain_home, monk
     for i in range(5):
         fake.add_event(f"pod-{i}", "Pulling", 'Pulling image "x"')
     assert len(KubernetesBackend(cluster)._events()) == 3
+
+
+def test_podgroup_and_master_readers_match_only_their_own_job():
+    from core.kubernetes.pod_phases import master_exit_code, unschedulable_message
+
+    job = {"metadata": {"name": "gt-a1", "uid": "u1"}}
+
+    def group(name, owner, status="True", message="0/2 nodes are ready"):
+        return {"metadata": {"name": name, "ownerReferences": [{"uid": owner}]},
+                "status": {"conditions": [{"type": "Unschedulable", "status": status, "message": message}]}}
+
+    assert unschedulable_message(job, [group("gt-a10-pg", "u2", message="another job's")]) == ""
+    assert unschedulable_message(job, [group("pg-x", "u1")]) == "0/2 nodes are ready"  # by owner uid
+    assert unschedulable_message(job, [group("gt-a1", "u9", message="by name")]) == "by name"
+    assert unschedulable_message(job, [group("pg-x", "u1", status="False")]) == ""
+
+    def pod(name, code=None):
+        state = {"terminated": {"exitCode": code}} if code is not None else {"running": {}}
+        return {"metadata": {"name": name}, "status": {"containerStatuses": [{"name": "trainer", "state": state}]}}
+
+    assert master_exit_code("gt-a1", [pod("gt-a10-master-0", 3), pod("gt-a1-worker-0", 1)]) is None
+    assert master_exit_code("gt-a1", [pod("gt-a1-master-0", 7)]) == 7
+    assert master_exit_code("gt-a1", [pod("gt-a1-master-0")]) is None
