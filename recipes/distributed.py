@@ -46,7 +46,7 @@ def setup(cfg: DistConfig, device_choice: str = "auto") -> Runtime:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() if device_choice == "auto" else device_choice == "cuda"
-    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
+    device = torch.device(gpu_for(local_rank, torch.cuda.device_count(), cfg.backend) if use_cuda else "cpu")
     if use_cuda:
         torch.cuda.set_device(device)
     for key, value in WAN_ENV.items():
@@ -61,12 +61,26 @@ def setup(cfg: DistConfig, device_choice: str = "auto") -> Runtime:
         timeout = timedelta(seconds=cfg.timeout_s)
         started = time.monotonic()
         emit("rendezvous", stage="waiting", rank=rank, world=world_size)
-        dist.init_process_group(backend=backend, timeout=timeout, device_id=device if use_cuda else None,
+        # device_id binds NCCL's communicator eagerly; bound to a gloo group it breaks new_group
+        # (torch 2.11: ProcessGroupGloo has no perform_nocolor_split), so gloo on GPUs goes unbound
+        dist.init_process_group(backend=backend, timeout=timeout,
+                                device_id=device if use_cuda and backend == "nccl" else None,
                                 **_store_args(attempt_store(world_size, timeout), rank, world_size))
         emit("rendezvous", stage="joined", rank=rank, world=world_size,
              seconds=round(time.monotonic() - started, 3))
     return Runtime(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
                    distributed=distributed)
+
+
+def gpu_for(local_rank: int, gpus: int, backend: str) -> str:
+    """`cuda:<local rank>`; with `dist.backend: gloo`, workers beyond the node's GPUs share them
+    round-robin (a one-GPU machine running a 2-worker trial). NCCL needs a GPU per worker."""
+    if gpus < 1:
+        raise SystemExit("device is cuda but no GPU is visible: set device=cpu or check CUDA_VISIBLE_DEVICES")
+    if local_rank >= gpus and backend != "gloo":
+        raise SystemExit(f"worker {local_rank} has no GPU of its own ({gpus} visible): start no more workers "
+                         "per node than it has GPUs, or set dist.backend=gloo to let workers share GPUs")
+    return f"cuda:{local_rank % gpus}"
 
 
 def attempt_store(world_size: int, timeout: timedelta) -> dist.Store | None:

@@ -221,7 +221,7 @@ class TrainConfig(Section):
     seed: Int = 0
     """Seeds model init (same on every rank) and data (offset per rank)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """auto: cuda:<local rank> when CUDA is available, else cpu."""
+    """auto: cuda:<local rank> when CUDA is available (shared round-robin with dist.backend gloo), else cpu."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """Autocast dtype of the forward pass."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
