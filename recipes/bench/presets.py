@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,15 +36,9 @@ METHODS: dict[str, list[str]] = {
     "ultra-demo": ["gradient_compression=ultra", "algorithm=demo", "diloco.bits=8", "demo.chunk=64", "demo.topk=4"],
 }
 QUICK_METHODS = ["ddp", "low", "medium", "high", "ultra"]
-SHARED = ["data.source=markov", "data.markov_order=1", "data.markov_vocab=64", "data.markov_alpha=0.1",
-          "data.batch_size=8", "data.seq_len=64", "optim.lr=0.003", "optim.warmup_steps=50",
+SHARED = ["device=cpu", "data.source=markov", "data.markov_order=1", "data.markov_vocab=64",
+          "data.markov_alpha=0.1", "data.batch_size=8", "data.seq_len=64", "optim.lr=0.003", "optim.warmup_steps=50",
           "logging.wandb=false", "checkpoint.every=0", "checkpoint.resume=false", "logging.log_every=100"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_method(name: str, steps: int, eval_batches: int, workdir: Path, nproc: int = 2) -> dict:
@@ -59,18 +53,48 @@ def run_method(name: str, steps: int, eval_batches: int, workdir: Path, nproc: i
 def torchrun(name: str, overrides: list[str], workdir: Path, nproc: int = 2) -> dict:
     """One real torchrun of the tiny config with `overrides`; its result.json plus wall time."""
     out = workdir / name
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend",
-           "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "-m", "recipes.train", "--config",
-           str(CONFIG), *overrides, f"out_dir={out}"]
+    # --standalone: the agent binds a free port itself under a fresh run id, so runs started at
+    # once never meet in one rendezvous (a port picked here could be taken twice before binding)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+           "-m", "recipes.train", "--config", str(CONFIG), *overrides, f"out_dir={out}"]
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "HF_TOKEN")}
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), WANDB_MODE="disabled",
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=path, WANDB_MODE="disabled",
                HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"{name} failed: {worker_error(proc.stderr)}\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return {**json.loads((out / "result.json").read_text()), "wall_s": round(wall, 2)}
+
+
+def worker_error(stderr: str) -> str:
+    """What a worker said went wrong, from torchrun's stderr (which ends with the launcher's own
+    summary): the exception line of the rank torchrun names as the root cause ("[rank1]:
+    ValueError: ..."), else any rank's, else a one-line error ("config error: ..."), else the last line."""
+    launcher = re.compile(r"^[WEI]\d{4} |^\*+$|^Setting OMP_NUM_THREADS")
+    root = re.search(r"Root Cause \(first observed failure\):.*?\brank\s*:\s*(\d+)", stderr, re.DOTALL)
+    raw = [line.strip() for line in stderr.splitlines() if line.strip()]
+
+    def exception(line: str) -> bool:
+        name = line.split(":", 1)[0].rsplit(".", 1)[-1]
+        return ":" in line and bool(re.fullmatch(r"\w+(Error|Exception|Exit)", name)) and name != "ChildFailedError"
+
+    if root:
+        prefix = f"[rank{root.group(1)}]: "
+        for line in raw:
+            if line.startswith(prefix) and exception(line[len(prefix):]):
+                return line[len(prefix):]
+    lines = [line.split("]: ", 1)[1] if re.match(r"\[rank\d+\]: ", line) else line for line in raw]
+    for line in lines:
+        if exception(line):
+            return line
+    for line in lines:
+        if not launcher.search(line) and re.search(r"\berror\b", line, re.IGNORECASE):
+            return line
+    return lines[-1] if lines else "no output"
 
 
 def inner_step_overhead(steps: int = 150) -> dict:
@@ -148,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="text task: extra override for one method (tuning), e.g. high:diloco.inner_steps=50")
     parser.add_argument("--ddp-from", type=Path, help="text task: reuse DDP's curves from this earlier report "
                                                        "(same steps and settings) instead of running DDP again")
+    parser.add_argument("--budgets", type=float, nargs="+", default=[], metavar="F",
+                        help="text task: also run each method scheduled over F x the steps (e.g. 1.2 1.5); "
+                             "budget_reach is the smallest F that ends at DDP's loss")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="text task: where workers compute (cuda: the 2 workers may share one GPU, over gloo)")
+    parser.add_argument("--parallel", type=int, default=1, metavar="K",
+                        help="text task: K torchruns at once (each 2 workers; K <= cores / 2)")
     args = parser.parse_args(argv)
     if args.task == "text":
         return text_main(args)
@@ -178,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
 TEXT_QUICK_STEPS, TEXT_STEPS = 400, 1500
 
 
+def torch_version() -> str:
+    """The installed torch's version, without importing it (DDP's loss moves between builds)."""
+    from importlib.metadata import version
+
+    return version("torch")
+
+
 def text_main(args) -> int:
     from recipes.bench.text import merge_reports, print_text_table, run_text
 
@@ -189,7 +227,9 @@ def text_main(args) -> int:
         return 0
 
     methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
-    methods = ["ddp", *[m for m in methods if m != "ddp"]]
+    methods = list(dict.fromkeys(["ddp", *methods]))  # each once: two identical runs would share a folder
+    if args.parallel < 1:
+        raise SystemExit(f"--parallel {args.parallel}: give 1 or more (each run is 2 workers; at most cores / 2)")
     overrides = {name: list(METHODS.get(name, [])) for name in methods}
     for item in args.sets:
         name, _, setting = item.partition(":")
@@ -208,10 +248,20 @@ def text_main(args) -> int:
         if earlier.get("ddp_steps") != steps or earlier.get("eval_every") != args.eval_every \
                 or earlier.get("corpus", {}).get("shards", "topics") != args.shards:
             raise SystemExit(f"--ddp-from {args.ddp_from}: its steps/eval interval differ from this run's")
+        if earlier.get("device", "cpu") != args.device or earlier.get("torch", torch_version()) != torch_version():
+            raise SystemExit(f"--ddp-from {args.ddp_from}: its DDP ran on {earlier.get('device', 'cpu')} with torch "
+                             f"{earlier.get('torch', '?')}, this run on {args.device} with {torch_version()}: "
+                             "run DDP again here")
         ddp_curves = {r["seed"]: r["methods"]["ddp"]["curve"] for r in earlier["runs"]}
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    report = run_text(methods, steps, seeds, args.eval_every, 16,
-                      lambda name, o, workdir: torchrun(name, o, workdir), overrides, ddp_curves, args.shards)
+    device = ["device=cuda", "dist.backend=gloo"] if args.device == "cuda" else ["device=cpu"]
+    try:
+        report = run_text(methods, steps, seeds, args.eval_every, 16,
+                          lambda name, o, workdir: torchrun(name, [*device, *o], workdir), overrides, ddp_curves,
+                          args.shards, tuple(args.budgets), args.parallel)
+    except (ValueError, RuntimeError) as err:  # a bad factor, or a run that failed (its output included)
+        raise SystemExit(str(err)) from None
+    report["device"], report["torch"] = args.device, torch_version()
     if ddp_curves:
         report["ddp_from"] = str(args.ddp_from)
     report["methods"]["none"] = {**report["methods"]["ddp"], "same_as": "ddp"}

@@ -14,6 +14,10 @@ the first N (then stays at the floor), evaluated every `eval_every` steps on the
 the ranks agree on (DiLoCo's outer weights). Its loss at step N is the equal-compute
 figure; `reach_step` is the first evaluated step whose held-out loss is at most DDP's
 loss at step N, and `reach_bytes` what one rank had sent by then.
+Past step N that run trains at the floor learning rate, so `reach_step` understates what a
+longer run gets. `--budgets 1.2 1.5` measures that: one more run per factor f, scheduled over
+f x N steps, and `budget_reach` is the smallest f whose final held-out loss is at most DDP's
+(the compute a user would spend to match DDP's loss); `--parallel K` runs K torchruns at once.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HELDOUT_FRACTION = 0.10
@@ -99,16 +104,26 @@ def at_step(curve: list[dict], step: int) -> dict:
     raise ValueError(f"no evaluation at step {step}; eval_every must divide the steps")
 
 
-def summarise(name: str, curve: list[dict], steps: int, ddp_loss: float, ddp_bytes: int) -> dict:
-    """One method's figures against DDP's loss and bytes at `steps`."""
+def summarise(name: str, curve: list[dict], steps: int, ddp_loss: float, ddp_bytes: int,
+              budgets: dict[float, dict] | None = None) -> dict:
+    """One method's figures against DDP's loss and bytes at `steps`. `budgets`: factor f -> the
+    last point of a run scheduled over f x steps; `budget_reach` is the smallest f whose loss is
+    at most DDP's (None when none is), with the bytes that run sent."""
     point = at_step(curve, steps)
     step, sent = reach(curve, ddp_loss)
-    return {"bytes_per_rank": point["bytes_sent"], "loss": point["eval_loss"], "steps": steps,
-            "loss_vs_ddp": point["eval_loss"] / ddp_loss, "bytes_vs_ddp": ddp_bytes / max(1, point["bytes_sent"]),
-            "reach_step": step, "reach_bytes": sent,
-            "reach_steps_vs_ddp": None if step is None else step / steps,
-            "reach_bytes_vs_ddp": None if step is None else ddp_bytes / max(1, sent),
-            "curve": curve}
+    out = {"bytes_per_rank": point["bytes_sent"], "loss": point["eval_loss"], "steps": steps,
+           "loss_vs_ddp": point["eval_loss"] / ddp_loss, "bytes_vs_ddp": ddp_bytes / max(1, point["bytes_sent"]),
+           "reach_step": step, "reach_bytes": sent,
+           "reach_steps_vs_ddp": None if step is None else step / steps,
+           "reach_bytes_vs_ddp": None if step is None else ddp_bytes / max(1, sent),
+           "curve": curve}
+    if budgets:
+        budgets = {1.0: point, **budgets}  # the equal-compute point is the 1x budget
+        met = sorted(f for f, last in budgets.items() if last["eval_loss"] <= ddp_loss)
+        out["budget_losses"] = {f"{f:g}": last["eval_loss"] for f, last in sorted(budgets.items())}
+        out["budget_reach"] = met[0] if met else None
+        out["budget_reach_bytes_vs_ddp"] = ddp_bytes / max(1, budgets[met[0]]["bytes_sent"]) if met else None
+    return out
 
 
 def worst_of(runs: list[dict], name: str) -> dict:
@@ -117,47 +132,85 @@ def worst_of(runs: list[dict], name: str) -> dict:
     steps = [m["reach_step"] for m in ms]
     reached = None not in steps
     worst = max(ms, key=lambda m: m["reach_step"]) if reached else None
-    return {"bytes_per_rank": ms[0]["bytes_per_rank"], "steps": ms[0]["steps"],
-            "loss": sum(m["loss"] for m in ms) / len(ms),
-            "loss_vs_ddp": sum(m["loss_vs_ddp"] for m in ms) / len(ms),
-            "bytes_vs_ddp": min(m["bytes_vs_ddp"] for m in ms),
-            "reach_step": worst["reach_step"] if reached else None,
-            "reach_bytes": worst["reach_bytes"] if reached else None,
-            "reach_steps_vs_ddp": worst["reach_steps_vs_ddp"] if reached else None,
-            "reach_bytes_vs_ddp": min(m["reach_bytes_vs_ddp"] for m in ms) if reached else None}
+    out = {"bytes_per_rank": ms[0]["bytes_per_rank"], "steps": ms[0]["steps"],
+           "loss": sum(m["loss"] for m in ms) / len(ms),
+           "loss_vs_ddp": sum(m["loss_vs_ddp"] for m in ms) / len(ms),
+           "bytes_vs_ddp": min(m["bytes_vs_ddp"] for m in ms),
+           "reach_step": worst["reach_step"] if reached else None,
+           "reach_bytes": worst["reach_bytes"] if reached else None,
+           "reach_steps_vs_ddp": worst["reach_steps_vs_ddp"] if reached else None,
+           "reach_bytes_vs_ddp": min(m["reach_bytes_vs_ddp"] for m in ms) if reached else None}
+    if all("budget_reach" in m for m in ms):
+        factors = [m["budget_reach"] for m in ms]
+        met = None not in factors
+        out["budget_reach"] = max(factors) if met else None
+        out["budget_reach_bytes_vs_ddp"] = min(m["budget_reach_bytes_vs_ddp"] for m in ms) if met else None
+    return out
+
+
+def budget_steps(steps: int, factor: float, eval_every: int) -> int:
+    """factor x steps, rounded to the evaluation interval (the run's last point is evaluated);
+    the report gives the factor of the length run, not the one asked for."""
+    total = round(factor * steps / eval_every) * eval_every
+    if total <= steps:
+        least = (steps + eval_every) / steps
+        raise ValueError(f"--budgets {factor:g}: {factor:g} x {steps} steps is not past {steps} at the evaluation "
+                         f"interval {eval_every}; give factors of at least {least:.4g}")
+    return total
 
 
 def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, eval_batches: int,
              run_method, overrides: dict[str, list[str]], ddp_curves: dict[int, list[dict]] | None = None,
-             shards: str = "passages") -> dict:
-    """Every method on every seed; `run_method(name, overrides, workdir) -> result.json dict`.
-    `ddp_curves` (seed -> curve, from an earlier report of the same settings) skips DDP's runs."""
+             shards: str = "passages", budgets: tuple[float, ...] = (), parallel: int = 1) -> dict:
+    """Every method on every seed; `run_method(label, overrides, workdir) -> result.json dict`.
+    `ddp_curves` (seed -> curve, from an earlier report of the same settings) skips DDP's runs;
+    `budgets` adds a run scheduled over f x steps per method (not DDP) and factor; `parallel` runs
+    that many at once (each run is 2 workers on a thread each)."""
     if steps % eval_every:
         raise ValueError(f"--eval-every {eval_every} must divide --steps {steps}")
-    runs = []
+    totals = sorted({budget_steps(steps, f, eval_every) for f in budgets})  # each length once
+    lengths = {total / steps: total for total in totals}  # the factor actually run -> its steps
+    budgets = tuple(lengths)
     with tempfile.TemporaryDirectory(prefix="geotrain-bench-text-") as tmp:
         corpus = write_corpus(Path(tmp) / "corpus", shards)
-        for seed in seeds:
-            shared = [*TEXT_SHARED, f"data.path={Path(tmp) / 'corpus'}", f"seed={seed}", f"steps={2 * steps}",
-                      f"optim.schedule_steps={steps}", f"logging.eval_every={eval_every}",
+        jobs = [(seed, name, None) for seed in seeds for name in methods
+                if not (name == "ddp" and ddp_curves and seed in ddp_curves)]
+        jobs += [(seed, name, f) for seed in seeds for name in methods if name != "ddp" for f in budgets]
+
+        def one(job):
+            seed, name, factor = job
+            total, schedule = (2 * steps, steps) if factor is None else (lengths[factor], lengths[factor])
+            shared = [*TEXT_SHARED, f"data.path={Path(tmp) / 'corpus'}", f"seed={seed}", f"steps={total}",
+                      f"optim.schedule_steps={schedule}", f"logging.eval_every={eval_every}",
                       f"logging.eval_batches={eval_batches}"]
-            curves = {}
-            for name in methods:
-                if name == "ddp" and ddp_curves and seed in ddp_curves:
-                    curves[name] = ddp_curves[seed]
-                    continue
-                result = run_method(name, [*shared, *overrides[name]], Path(tmp) / f"seed{seed}")
-                curves[name] = result["eval_curve"]
-                last = at_step(curves[name], steps)
-                print(f"seed {seed} {name}: loss@{steps} {last['eval_loss']:.4f}, {last['bytes_sent']:,} bytes, "
-                      f"{result['wall_s']} s", flush=True)
-            ddp = at_step(curves["ddp"], steps)
-            runs.append({"seed": seed, "ddp_loss": ddp["eval_loss"], "ddp_bytes": ddp["bytes_sent"],
-                         "methods": {name: summarise(name, curves[name], steps, ddp["eval_loss"],
-                                                     ddp["bytes_sent"]) for name in methods}})
+            label = name if factor is None else f"{name}@{factor:.4g}x"
+            try:
+                result = run_method(label, [*shared, *overrides[name]], Path(tmp) / f"seed{seed}")
+            except RuntimeError as err:
+                raise RuntimeError(f"seed {seed}: {err}") from None
+            last = at_step(result["eval_curve"], steps if factor is None else total)
+            print(f"seed {seed} {label}: loss@{steps if factor is None else total} {last['eval_loss']:.4f}, "
+                  f"{last['bytes_sent']:,} bytes, {result['wall_s']} s", flush=True)
+            return job, result["eval_curve"]
+
+        pool = ThreadPoolExecutor(max_workers=max(1, parallel))
+        try:
+            curves = dict(pool.map(one, jobs))
+        finally:  # after a failure, start no more runs; the corpus stays until the running ones end
+            pool.shutdown(wait=True, cancel_futures=True)
+    runs = []
+    for seed in seeds:
+        ddp_curve = curves.get((seed, "ddp", None)) or ddp_curves[seed]
+        ddp = at_step(ddp_curve, steps)
+        summaries = {}
+        for name in methods:
+            curve = ddp_curve if name == "ddp" else curves[(seed, name, None)]
+            ends = {f: at_step(curves[(seed, name, f)], lengths[f]) for f in budgets} if name != "ddp" else None
+            summaries[name] = summarise(name, curve, steps, ddp["eval_loss"], ddp["bytes_sent"], ends)
+        runs.append({"seed": seed, "ddp_loss": ddp["eval_loss"], "ddp_bytes": ddp["bytes_sent"], "methods": summaries})
     return {"task": "text", "corpus": {"source": "CPython pydoc_data/topics.py (PSF licence)", **corpus},
             "ddp_steps": steps, "reach_run_steps": 2 * steps, "eval_every": eval_every, "workers": 2,
-            "seeds": seeds, "ddp_loss": sum(r["ddp_loss"] for r in runs) / len(runs),
+            "budgets": list(budgets), "seeds": seeds, "ddp_loss": sum(r["ddp_loss"] for r in runs) / len(runs),
             "methods": {name: worst_of(runs, name) for name in methods}, "runs": runs}
 
 
@@ -165,6 +218,14 @@ def merge_reports(reports: list[dict]) -> dict:
     """Reports of the same settings on different seeds (e.g. run one seed at a time) as one report."""
     first = reports[0]
     same = ("ddp_steps", "eval_every", "reach_run_steps")
+    if any(o.get("budgets", []) != first.get("budgets", []) for o in reports[1:]):
+        raise ValueError("these reports were run with different --budgets")
+    for key in ("device", "torch"):  # DDP's loss moves with the torch build and the device
+        seen = {o[key] for o in reports if key in o}
+        if len(seen) > 1:
+            raise ValueError(f"these reports were run with different {key}{'s' if key == 'device' else ' versions'} "
+                             f"({', '.join(sorted(seen))}): "
+                             "merge reports from one machine setup")
     if any(o.get("corpus", {}).get("shards") != first.get("corpus", {}).get("shards") for o in reports[1:]):
         raise ValueError("these reports shard the text differently (--shards)")
     for other in reports[1:]:
@@ -192,13 +253,24 @@ def print_text_table(report: dict) -> None:
     print(f"text task: {report['ddp_steps']} steps x 2 workers (reach run {report['reach_run_steps']}), "
           f"shards: {report.get('corpus', {}).get('shards', 'topics')}, "
           f"seeds {report['seeds']}, DDP held-out loss {report['ddp_loss']:.4f}")
+    budgets = report.get("budgets") or []
+    extra = f"{'budget x':>10}{'x fewer':>10}" if budgets else ""
+    if budgets:
+        print(f"budget x: the smallest of {', '.join(f'{f:g}' for f in budgets)} x DDP's steps whose run, "
+              "scheduled over that many steps, ends at DDP's loss or below (- if none)")
     print(f"{'method':<14}{'bytes/rank':>14}{'vs DDP':>10}{'loss':>9}{'loss/DDP':>10}{'reach step':>12}"
-          f"{'x DDP steps':>13}{'reach bytes':>14}{'x fewer':>10}")
+          f"{'x DDP steps':>13}{'reach bytes':>14}{'x fewer':>10}{extra}")
     for name, m in report["methods"].items():
         reach_step = "never" if m["reach_step"] is None else str(m["reach_step"])
         ratio = "-" if m["reach_step"] is None else f"{m['reach_steps_vs_ddp']:.2f}"
         rb = "-" if m["reach_bytes"] is None else f"{m['reach_bytes']:,}"
         rbx = "-" if m["reach_bytes_vs_ddp"] is None else f"{m['reach_bytes_vs_ddp']:.0f}x"
         vs = f"{m['bytes_vs_ddp']:.1f}x" if m["bytes_per_rank"] else "-"  # nothing sent yet (H > steps)
+        tail = ""
+        if budgets:
+            factor = 1.0 if name in ("ddp", "none") else m.get("budget_reach")
+            b = "-" if factor is None else f"{factor:.2f}"
+            bx = "-" if m.get("budget_reach_bytes_vs_ddp") is None else f"{m['budget_reach_bytes_vs_ddp']:.0f}x"
+            tail = f"{b:>10}{bx:>10}"
         print(f"{name:<14}{m['bytes_per_rank']:>14,}{vs:>10}{m['loss']:>9.4f}"
-              f"{m['loss_vs_ddp']:>10.3f}{reach_step:>12}{ratio:>13}{rb:>14}{rbx:>10}")
+              f"{m['loss_vs_ddp']:>10.3f}{reach_step:>12}{ratio:>13}{rb:>14}{rbx:>10}{tail}")

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from recipes.bench.text import corpus_documents, reach, split_documents, summarise, worst_of, write_corpus
+from recipes.bench.text import (budget_steps, corpus_documents, reach, split_documents, summarise, worst_of,
+                                write_corpus)
 from recipes.config import parse_config
 
 DDP_FINAL = 2.50
@@ -43,6 +44,34 @@ def test_summary_compares_with_ddp_at_equal_steps_and_worst_seed_wins():
     assert worst_of(runs, "x")["reach_step"] is None  # both seeds must reach
     runs[1] = {"methods": {"x": summarise("x", _curve([2.6, 2.5]), 100, 2.5, 100_000)}}
     assert worst_of(runs, "x")["reach_step"] == 200
+
+
+def test_budget_reach_is_the_smallest_run_length_that_ends_at_ddps_loss():
+    curve = _curve([3.0, 2.7], bytes_per_step=1)  # 2.7 at step 100: the 1x budget misses 2.5
+    ends = {1.2: {"step": 120, "eval_loss": 2.52, "bytes_sent": 120},
+            2.0: {"step": 200, "eval_loss": 2.41, "bytes_sent": 200},
+            1.5: {"step": 150, "eval_loss": 2.50, "bytes_sent": 150}}  # exactly DDP's: reaches
+    m = summarise("x", curve, 100, 2.5, 100_000, ends)
+    assert m["budget_reach"] == 1.5 and m["budget_reach_bytes_vs_ddp"] == 100_000 / 150
+    assert m["budget_losses"] == {"1": 2.7, "1.2": 2.52, "1.5": 2.50, "2": 2.41}
+    assert summarise("x", _curve([3.0, 2.49]), 100, 2.5, 100_000, ends)["budget_reach"] == 1.0
+    short = {1.2: {**ends[1.2], "eval_loss": 2.6}}
+    missed = summarise("x", curve, 100, 2.5, 100_000, short)
+    assert missed["budget_reach"] is None and missed["budget_reach_bytes_vs_ddp"] is None
+    later = summarise("x", curve, 100, 2.5, 100_000, {**ends, 1.5: {**ends[1.5], "eval_loss": 2.55}})  # needs 2x
+    runs = [{"methods": {"x": m}}, {"methods": {"x": later}}]
+    assert worst_of(runs, "x")["budget_reach"] == 2.0  # the slower seed's
+    runs[1] = {"methods": {"x": missed}}
+    assert worst_of(runs, "x")["budget_reach"] is None  # both seeds must get there
+    assert "budget_reach" not in summarise("x", curve, 100, 2.5, 100_000)  # no budget runs: no figure
+
+
+def test_budget_lengths_round_to_the_evaluation_interval_and_must_exceed_the_steps():
+    assert budget_steps(1500, 1.2, 50) == 1800
+    assert budget_steps(1500, 1.05, 50) == 1600  # 1575 rounds to an evaluated step
+    for bad in (1.0, 0.8, 1.01):
+        with pytest.raises(ValueError, match=r"give factors of at least 1\.033$"):
+            budget_steps(1500, bad, 50)
 
 
 def test_corpus_is_stdlib_prose_with_a_disjoint_heldout_tail(tmp_path):
@@ -142,6 +171,17 @@ def test_reports_of_one_seed_each_merge_into_the_worst_case():
     other["runs"][0]["methods"]["ddp"]["curve"] = _curve([2.8, 2.4])
     with pytest.raises(ValueError):
         merge_reports([report(0, [2.6, 2.5]), other])
+    gpu, cpu = report(1, [2.6, 2.5]), report(0, [2.6, 2.5])
+    gpu["device"], cpu["device"] = "cuda", "cpu"
+    with pytest.raises(ValueError, match=r"different devices \(cpu, cuda\): merge reports from one machine setup"):
+        merge_reports([cpu, gpu])
+    gpu["device"], gpu["torch"], cpu["torch"] = "cpu", "2.11.0", "2.13.0"
+    with pytest.raises(ValueError, match="different torch versions"):
+        merge_reports([cpu, gpu])
+    budgeted = report(1, [2.6, 2.5])
+    budgeted["budgets"] = [1.2]
+    with pytest.raises(ValueError, match="different --budgets"):
+        merge_reports([report(0, [2.6, 2.5]), budgeted])
 
 
 def test_a_text_run_records_the_held_out_curve_of_the_agreed_weights(tmp_path):
