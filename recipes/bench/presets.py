@@ -230,6 +230,10 @@ def text_main(args) -> int:
     methods = list(dict.fromkeys(["ddp", *methods]))  # each once: two identical runs would share a folder
     if args.parallel < 1:
         raise SystemExit(f"--parallel {args.parallel}: give 1 or more (each run is 2 workers; at most cores / 2)")
+    cores = os.cpu_count() or 1
+    if 2 * args.parallel > cores:
+        print(f"note: --parallel {args.parallel} puts {2 * args.parallel} workers on {cores} cores; each run "
+              f"will be slower than alone (wall times are not comparable across --parallel)", file=sys.stderr)
     overrides = {name: list(METHODS.get(name, [])) for name in methods}
     for item in args.sets:
         name, _, setting = item.partition(":")
