@@ -21,6 +21,12 @@ from core.errors import InvalidInput
 # sharing the link): DDP on the WAN bench moved 5.45 MB/s over a 50 Mbit/s (6.25 MB/s) tbf link.
 DEFAULT_EFFICIENCY = 0.87
 DEFAULT_TARGET = 0.95
+# The fewest inner steps the planner suggests: on the natural-text bench, with the presets' outer
+# lr 0.5 / momentum 0.6, H = 8 ended closer to DDP's loss than H = 4 (1.013 vs 1.030, README).
+H_FLOOR = 8
+# The fewest outer steps a run was measured with (`high`, H = 100, in the 1500-step text bench):
+# a run shorter than this many syncs is out of what was measured, and the planner says so.
+MIN_OUTER_STEPS = 15
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,21 @@ def hierarchical(exchange: Exchange) -> Exchange:
     return Exchange("all_reduce", exchange.payload_bytes)
 
 
+def h_for_utilization(sync_s: float, compute_s: float, target: float, overlap: bool = False) -> int:
+    """The fewest inner steps H at which one exchange of `sync_s` seconds keeps utilization at
+    `target` or above: waited for in full, compute / (compute + sync / H) >= target; overlapped,
+    only the part of the exchange longer than H steps of compute is waited for, so H >= target * sync / compute."""
+    if sync_s <= 0:
+        return 1
+    if overlap:
+        need = target * sync_s / compute_s
+    elif target < 1:
+        need = sync_s / (compute_s * (1 / target - 1))
+    else:
+        return 0  # waited for in full, an exchange always costs something: no H reaches 100%
+    return max(1, math.ceil(need - 1e-9))
+
+
 def estimate(name: str, preset: dict[str, Any], params: int, compute_s: float, net: Network,
              efficiency: float = DEFAULT_EFFICIENCY, between_datacenters: bool = False) -> Estimate:
     """Time per step of `preset` when one step's compute takes `compute_s` seconds; with
@@ -164,40 +185,85 @@ class Plan:
     recommended: str | None = None
     overlap: bool = False
     reaches_target: bool = False
+    inner_steps: int | None = None  # H to run the recommended DiLoCo preset with (None: DDP)
+    steps: int | None = None  # the run's length, when known
 
     def as_dict(self) -> dict[str, Any]:
         return {"network": asdict(self.network), "params": self.params, "compute_s": self.compute_s,
                 "target_utilization": self.target, "recommended": self.recommended, "overlap": self.overlap,
-                "reaches_target": self.reaches_target, "presets": [e.as_dict() for e in self.estimates]}
+                "reaches_target": self.reaches_target, "inner_steps": self.inner_steps, "steps": self.steps,
+                "presets": [e.as_dict() for e in self.estimates]}
+
+    def recommended_estimate(self) -> Estimate | None:
+        return next((e for e in self.estimates if e.preset == self.recommended), None)
+
+    def tuned(self) -> bool:
+        """The recommended preset runs with fewer inner steps than its own H."""
+        best = self.recommended_estimate()
+        return best is not None and self.inner_steps is not None and self.inner_steps != best.inner_steps
+
+    def short_run(self) -> str:
+        """A warning when the run syncs fewer times than any run measured ('' when fine or unknown)."""
+        if not self.steps or not self.inner_steps or self.inner_steps <= 1:
+            return ""
+        syncs = self.steps // self.inner_steps
+        if syncs >= MIN_OUTER_STEPS:
+            return ""
+        return (f"a {self.steps:,}-step run syncs only {syncs} times at H={self.inner_steps} (the fewest "
+                f"measured: {MIN_OUTER_STEPS}); expect a higher loss than the bench's")
 
     def summary(self) -> str:
         """One line for the deploy form."""
-        best = next((e for e in self.estimates if e.preset == self.recommended), None)
+        best = self.recommended_estimate()
         if best is None:
             return "no preset to recommend"
         util = best.utilization_overlap if self.overlap else best.utilization
         how = " with overlap" if self.overlap else ""
+        if self.tuned():
+            how = f" at H={self.inner_steps} (diloco.inner_steps: {self.inner_steps}){how}"
+            util = self.utilization_at(best, self.inner_steps)
         verdict = "" if self.reaches_target else f" (below the {self.target:.0%} target)"
         return f"preset {best.preset}{how}: ~{util:.0%} GPU utilization{verdict}"
+
+    def utilization_at(self, e: Estimate, h: int) -> float:
+        """`e`'s utilization with H inner steps instead of its own (in the recommended mode)."""
+        compute = self.compute_s
+        wait = max(0.0, e.sync_s - h * compute) if self.overlap else e.sync_s
+        return compute / (compute + wait / h)
 
 
 def plan(presets: dict[str, dict[str, Any]], params: int, compute_s: float, net: Network,
          target: float = DEFAULT_TARGET, efficiency: float = DEFAULT_EFFICIENCY,
-         between_datacenters: bool = False) -> Plan:
+         between_datacenters: bool = False, steps: int | None = None) -> Plan:
     """Estimate every preset (table order = least to most compression) and pick the least compressed
-    one that reaches `target` utilization, preferring no overlap; else the best there is."""
+    one that reaches `target` utilization, preferring no overlap; else the best there is. For a
+    DiLoCo pick, `inner_steps` is the fewest inner steps (not under H_FLOOR, not over the preset's
+    own H) that still reach the target: on natural text, fewer inner steps reach DDP's loss in fewer
+    steps (README), so a link with room to spare buys loss with it. `steps`, the run's length, only
+    warns (`short_run`) when the run would sync fewer times than any measured run."""
     if params <= 0:
         raise InvalidInput(f"parameter count must be positive, not {params}", "pass --params N")
     if not 0 < target <= 1:
         raise InvalidInput(f"target utilization must be in (0, 1], not {target}", "e.g. --target 0.95")
-    result = Plan(network=net, params=params, compute_s=compute_s, target=target)
+    if steps is not None and steps < 1:
+        raise InvalidInput(f"steps must be at least 1, not {steps}", "pass --steps N")
+    result = Plan(network=net, params=params, compute_s=compute_s, target=target, steps=steps)
     result.estimates = [estimate(name, p, params, compute_s, net, efficiency, between_datacenters)
                         for name, p in presets.items()]
     for e in result.estimates:
         for overlap in (False, True):
             if (e.utilization_overlap if overlap else e.utilization) >= target:
                 result.recommended, result.overlap, result.reaches_target = e.preset, overlap, True
+                result.inner_steps = _fewest_inner_steps(e, compute_s, target, overlap)
                 return result
     best = max(result.estimates, key=lambda e: (e.utilization_overlap, -result.estimates.index(e)))
     result.recommended, result.overlap = best.preset, best.utilization_overlap > best.utilization
+    result.inner_steps = None if best.algorithm == "ddp" else best.inner_steps
     return result
+
+
+def _fewest_inner_steps(e: Estimate, compute_s: float, target: float, overlap: bool) -> int | None:
+    if e.algorithm == "ddp":
+        return None
+    need = h_for_utilization(e.sync_s, compute_s, target, overlap)
+    return e.inner_steps if need == 0 else min(e.inner_steps, max(H_FLOOR, need))

@@ -73,7 +73,43 @@ def test_recommends_least_compression_that_reaches_target():
     assert (result.recommended, result.overlap, result.reaches_target) == ("low", True, True)
     loose = planner.plan(PRESETS, 250_000, 0.1, NET, target=0.05, efficiency=1.0)
     assert (loose.recommended, loose.overlap) == ("none", False)
-    assert "preset low with overlap" in result.summary()
+    assert "preset low at H=8 (diloco.inner_steps: 8) with overlap" in result.summary()
+
+
+def test_fewest_inner_steps_for_the_target_by_hand():
+    # bf16 sync 0.52 s, 0.1 s steps: waited for in full, 0.1 / (0.1 + 0.52 / H) >= 0.95 needs H >= 98.8;
+    # overlapped, the wait is 0.52 - 0.1 H, so 0.95 needs H >= 0.95 * 0.52 / 0.1 = 4.94
+    assert planner.h_for_utilization(0.52, 0.1, 0.95) == 99
+    assert planner.h_for_utilization(0.52, 0.1, 0.95, overlap=True) == 5
+    assert planner.h_for_utilization(0.0, 0.1, 0.95) == 1  # no network: any H
+    assert planner.h_for_utilization(0.52, 0.1, 1.0) == 0  # waited for in full, 100% is out of reach
+    # low (H = 16) reaches 95% with overlap; H = 5 would too, but the planner goes no lower than 8
+    result = planner.plan(PRESETS, 250_000, 0.1, NET, target=0.95, efficiency=1.0)
+    assert result.inner_steps == planner.H_FLOOR == 8 and result.tuned()
+    assert result.utilization_at(result.recommended_estimate(), 8) == pytest.approx(1.0)  # 0.52 s < 0.8 s
+    assert result.as_dict()["inner_steps"] == 8
+    # 90% without overlap on a 4x faster link: sync 0.125 + 0.02 s, 0.1 / (0.1 + 0.145 / H) >= 0.9 needs H >= 13.05
+    fast = planner.Network(workers=2, mbit_s=32.0, latency_ms=20.0)
+    tuned = planner.plan(PRESETS, 250_000, 0.1, fast, target=0.9, efficiency=1.0)
+    assert (tuned.recommended, tuned.overlap, tuned.inner_steps) == ("low", False, 14)
+    assert "preset low at H=14 (diloco.inner_steps: 14): ~91% GPU utilization" in tuned.summary()
+
+
+def test_inner_steps_stay_the_presets_when_the_link_needs_them_all():
+    ddp = planner.plan(PRESETS, 250_000, 0.1, NET, target=0.05, efficiency=1.0)
+    assert ddp.recommended == "none" and ddp.inner_steps is None and not ddp.tuned()
+    slow = planner.plan(PRESETS, 100_000_000, 0.001, NET, target=0.99)  # nothing reaches the target
+    assert (slow.recommended, slow.inner_steps, slow.tuned()) == ("ultra", 100, False)
+    assert "H=" not in slow.summary()
+
+
+def test_a_run_with_too_few_syncs_is_warned_about():
+    result = planner.plan(PRESETS, 250_000, 0.1, NET, target=0.95, efficiency=1.0, steps=100)  # H = 8: 12 syncs
+    assert result.short_run().startswith("a 100-step run syncs only 12 times at H=8 (the fewest measured: 15)")
+    assert planner.plan(PRESETS, 250_000, 0.1, NET, target=0.95, efficiency=1.0, steps=120).short_run() == ""
+    assert planner.plan(PRESETS, 250_000, 0.1, NET, target=0.95, efficiency=1.0).short_run() == ""  # length unknown
+    with pytest.raises(InvalidInput, match="steps must be at least 1"):
+        planner.plan(PRESETS, 250_000, 0.1, NET, steps=0)
 
 
 def test_unreachable_target_picks_the_best_and_says_so():
@@ -149,6 +185,12 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
                  "--step-time", "0.1", "--target", "95%", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["network"]["mbit_s"] == 8 and [p["preset"] for p in data["presets"]][0] == "none"
+    assert data["recommended"] == "low" and data["inner_steps"] == 8
+    assert main(["clusters", "plan", "--matrix", str(matrix), "--model", "gpt-neo", "--params", "250000",
+                 "--step-time", "0.1", "--steps", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: preset low at H=8 (diloco.inner_steps: 8) with overlap" in out
+    assert "note: a 100-step run syncs only 12 times at H=8" in out
     for argv, message in [(["clusters", "plan", "mars", "--model", "gpt-neo"], "no cluster named 'mars'"),
                           (["clusters", "plan", "--model", "bert"], "unknown model 'bert'"),
                           (["clusters", "plan", "--model", "gpt-neo", "--size", "9b"], "unknown size"),
