@@ -24,8 +24,8 @@ DEFAULT_TARGET = 0.95
 # The fewest inner steps the planner suggests: on the natural-text bench, with the presets' outer
 # lr 0.5 / momentum 0.6, H = 8 ended closer to DDP's loss than H = 4 (1.013 vs 1.030, README).
 H_FLOOR = 8
-# The fewest outer steps a run was measured with (`high`, H = 100, in the 1500-step text bench):
-# a run shorter than this many syncs is out of what was measured, and the planner says so.
+# The fewest syncs in the runs that measured the presets' losses (`high`, H = 100, over the text and
+# Markov benches' 1500 steps): a run with fewer is outside what was measured, and the planner says so.
 MIN_OUTER_STEPS = 15
 
 
@@ -209,8 +209,8 @@ class Plan:
         syncs = self.steps // self.inner_steps
         if syncs >= MIN_OUTER_STEPS:
             return ""
-        return (f"a {self.steps:,}-step run syncs only {syncs} times at H={self.inner_steps} (the fewest "
-                f"measured: {MIN_OUTER_STEPS}); expect a higher loss than the bench's")
+        return (f"a {self.steps:,}-step run syncs only {syncs} times at H={self.inner_steps} (the presets' losses "
+                f"were measured with {MIN_OUTER_STEPS} or more); expect a higher loss than the bench's")
 
     def summary(self) -> str:
         """One line for the deploy form."""

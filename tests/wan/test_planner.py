@@ -105,7 +105,7 @@ def test_inner_steps_stay_the_presets_when_the_link_needs_them_all():
 
 def test_a_run_with_too_few_syncs_is_warned_about():
     result = planner.plan(PRESETS, 250_000, 0.1, NET, target=0.95, efficiency=1.0, steps=100)  # H = 8: 12 syncs
-    assert result.short_run().startswith("a 100-step run syncs only 12 times at H=8 (the fewest measured: 15)")
+    assert result.short_run().startswith("a 100-step run syncs only 12 times at H=8 (the presets' losses were measured with 15 or more)")
     assert planner.plan(PRESETS, 250_000, 0.1, NET, target=0.95, efficiency=1.0, steps=120).short_run() == ""
     assert planner.plan(PRESETS, 250_000, 0.1, NET, target=0.95, efficiency=1.0).short_run() == ""  # length unknown
     with pytest.raises(InvalidInput, match="steps must be at least 1"):
