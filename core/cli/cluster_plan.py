@@ -50,9 +50,8 @@ def register(groups) -> None:
                                                               "2 on local)")
     p.add_argument("--target", type=_fraction, default=planner.DEFAULT_TARGET,
                    help=f"utilization to reach (default {planner.DEFAULT_TARGET * 100:.0f}%%)")
-    p.add_argument("--steps", type=limits.int_between(1, 10**9), metavar="N",
-                   help="the run's length: warns when it syncs too few times at the recommended H, and prices "
-                        f"dropping datacenters (default {DEFAULT_STEPS})")
+    p.add_argument("--steps", type=limits.int_between(1, 10**9), metavar="N", default=DEFAULT_STEPS,
+                   help=f"the run's length on every datacenter, to price dropping some (default {DEFAULT_STEPS})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_plan)
 
@@ -61,12 +60,12 @@ def cmd_plan(args) -> int:
     store = Store() if args.matrix is None else None
     result = plan_for_cluster(store, None if args.matrix else args.name,
                               args.model, args.size, step_time=args.step_time, matrix_file=args.matrix,
-                              params=args.params, workers=args.workers, target=args.target, steps=args.steps)
+                              params=args.params, workers=args.workers, target=args.target)
     sites, no_choice = None, ""
     try:
         sites = choose_for_cluster(store, None if args.matrix else args.name, args.model, args.size,
                                    step_time=args.step_time, matrix_file=args.matrix, params=args.params,
-                                   steps=args.steps or DEFAULT_STEPS, target=args.target)
+                                   steps=args.steps, target=args.target)
     except InvalidInput as exc:
         if args.matrix:  # the file's own mistake: say it, as for its links
             raise
@@ -90,8 +89,6 @@ def cmd_plan(args) -> int:
     if result.tuned():
         print(f"  H={result.inner_steps}: the fewest inner steps (at least {planner.H_FLOOR}) that keep the target "
               "on this link; fewer inner steps reach DDP's loss in fewer steps")
-    if result.short_run():
-        print(f"  note: {result.short_run()}")
     if sites:
         _print_sites(sites)
     elif no_choice:

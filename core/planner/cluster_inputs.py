@@ -103,9 +103,8 @@ def plan_for_cluster(store: Store | None, cluster: str | None, model: str, size:
                      step_time: float | None = None, matrix_file: str | Path | None = None,
                      params: int | None = None, workers: int | None = None,
                      target: float = planner.DEFAULT_TARGET,
-                     efficiency: float = planner.DEFAULT_EFFICIENCY, steps: int | None = None) -> planner.Plan:
-    """The deploy form's and the CLI's entry: a Plan for `model`/`size` on `cluster` (or on a matrix
-    file); `steps`, the run's length when known, lets the plan warn about a run with too few syncs."""
+                     efficiency: float = planner.DEFAULT_EFFICIENCY) -> planner.Plan:
+    """The deploy form's and the CLI's entry: a Plan for `model`/`size` on `cluster` (or on a matrix file)."""
     if workers is not None and workers < 1:
         raise InvalidInput(f"workers must be at least 1, not {workers}", "pass --workers N")
     if matrix_file is not None:
@@ -117,5 +116,4 @@ def plan_for_cluster(store: Store | None, cluster: str | None, model: str, size:
     size = size or default_size(model)
     count = params if params is not None else model_params(model, size)
     net = planner.bottleneck(links, workers)
-    return planner.plan(recipe_catalog.presets(), count, step_time or DEFAULT_STEP_S, net, target, efficiency,
-                        steps=steps)
+    return planner.plan(recipe_catalog.presets(), count, step_time or DEFAULT_STEP_S, net, target, efficiency)

@@ -30,10 +30,10 @@ def quick_report(tmp_path_factory):
     if shutil.which("tc") is None or shutil.which("ip") is None:
         pytest.skip("iproute2 (ip, tc) is not installed")
     out = tmp_path_factory.mktemp("wan") / "wan.json"
-    # the quick bench less low-overlap and the 4x reach run (7 torchruns instead of 10, ~70 s less):
-    # what the tests check needs DDP, a bf16 and an fp4 preset, and one overlapped method
-    proc = subprocess.run([sys.executable, "-m", "recipes.bench.wan", "--quick", "--methods", "ddp", "low", "high",
-                           "high-overlap", "--reach-factors", "2", "--json", str(out)], cwd=ROOT,
+    # the quick bench without its 4x reach runs (9 torchruns instead of 10); the losses, and so the
+    # reach steps, do not depend on the machine's speed: high reaches DDP's loss at step 250 of 300
+    proc = subprocess.run([sys.executable, "-m", "recipes.bench.wan", "--quick", "--reach-factors", "2",
+                           "--json", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -127,10 +127,8 @@ class DeployScreen(GeotrainScreen):
         """The WAN planner's pick for these choices (step time assumed unless measured), and
         on a cluster in several datacenters, which of them to use."""
         try:
-            plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers, steps=steps)
+            plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
             text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size})"
-            if plan.short_run():
-                text += f"; {plan.short_run()}"
         except GeotrainError as exc:
             text = f"Planner: no estimate ({exc.message})"
         try:
