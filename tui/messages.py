@@ -7,6 +7,7 @@ thread) updates the screen. High-rate messages merge duplicates with `can_replac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from textual.message import Message
 
@@ -69,9 +70,19 @@ class NodesLoaded(Message):
 
 @dataclass
 class PlanAdvice(Message):
-    """The WAN planner's one-line advice for the deploy form's current choices."""
+    """The WAN planner's one-line advice for the deploy form's current choices, and the plan
+    itself (None when there is no estimate) for `ctrl+r` to apply."""
 
     text: str
+    plan: Any = None
+
+
+@dataclass
+class PlanApplied(Message):
+    """The detailed config with the planner's advice in it, and a few words on what that was."""
+
+    config_text: str
+    what: str
 
 
 @dataclass

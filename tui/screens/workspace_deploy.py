@@ -1,5 +1,6 @@
 """The deploy form: template, cluster, model, size, preset, workers, steps, and the
-W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config.
+W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config; `ctrl+r`
+takes the planner's advice (its preset, and its H and overlap into the detailed config).
 
 Before submitting, the requirements (core.requirements) are checked; what is not met is
 shown as a table and nothing is submitted. `ctrl+s` again with the same choices deploys
@@ -24,8 +25,8 @@ from core.requirements.check import check_before_deploy
 from core.workspaces import DEFAULTS, DeployRequest, check_token
 from tui.widgets.form_field import FormField
 from core.schema.yaml_loader import load_yaml
-from tui.messages import (DeployChoices, DetailedConfig, FormProblem, PlanAdvice, RequirementsUnmet,
-                          WorkspaceDeployed)
+from tui.messages import (DeployChoices, DetailedConfig, FormProblem, PlanAdvice, PlanApplied,
+                          RequirementsUnmet, WorkspaceDeployed)
 from tui.widgets.requirements_table import RequirementsTable
 from tui.screens.base import GeotrainScreen
 
@@ -41,6 +42,7 @@ class DeployScreen(GeotrainScreen):
         Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+s", "deploy", "Deploy", priority=True),
         Binding("ctrl+e", "edit_config", "Detailed config", priority=True),
+        Binding("ctrl+r", "use_plan", "Use plan", priority=True),
     ]
 
     def __init__(self) -> None:
@@ -49,6 +51,7 @@ class DeployScreen(GeotrainScreen):
         self.config_text: str | None = None  # set once the detailed config was edited
         self.preferred_size = DEFAULTS["size"]
         self.unmet: RequirementsUnmet | None = None  # shown; the same choices again = go on anyway
+        self.plan = None  # the planner's latest Plan for the form's choices (ctrl+r applies it)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -116,6 +119,7 @@ class DeployScreen(GeotrainScreen):
     @on(Select.Changed, "#cluster, #size, #preset")
     @on(Input.Changed, "#workers, #steps")
     def _choices_changed(self) -> None:
+        self.plan = None  # until the planner has seen these choices, ctrl+r has nothing to apply
         cluster, model, size = self._value("#cluster"), self._value("#model"), self._value("#size")
         workers = self.query_one("#workers", Input).value.strip()
         steps = self.query_one("#steps", Input).value.strip()
@@ -126,9 +130,10 @@ class DeployScreen(GeotrainScreen):
     def _advise(self, cluster: str, model: str, size: str, workers: int, steps: int | None = None) -> None:
         """The WAN planner's pick for these choices (step time assumed unless measured), and
         on a cluster in several datacenters, which of them to use."""
+        plan = None
         try:
             plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
-            text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size})"
+            text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size}); ctrl+r uses it"
         except GeotrainError as exc:
             text = f"Planner: no estimate ({exc.message})"
         try:
@@ -139,10 +144,11 @@ class DeployScreen(GeotrainScreen):
                         f"{DEFAULT_STEP_S:g} s/step assumed)"
         except GeotrainError as exc:
             text += f"\nDatacenters: no choice ({exc.message})"
-        self.post_message(PlanAdvice(text))
+        self.post_message(PlanAdvice(text, plan))
 
     @on(PlanAdvice)
     def _show_advice(self, message: PlanAdvice) -> None:
+        self.plan = message.plan
         self.query_one("#plan", Static).update(message.text)
 
     # reading the form ------------------------------------------------------
@@ -225,6 +231,45 @@ class DeployScreen(GeotrainScreen):
     def _deployed(self, message: WorkspaceDeployed) -> None:
         self.notify(f"Deployed {message.workspace.id}", markup=False)
         self.app.open_workspace(message.workspace.id, replace=True)
+
+    def action_use_plan(self) -> None:
+        """The planner's preset in the form; its H (when it lowered it) and overlap in the detailed config."""
+        self._problem("")
+        plan = self.plan
+        if plan is None or plan.recommended is None:
+            self._problem("no planner advice yet: choose a cluster, model, size and workers, then press ctrl+r")
+            return
+        self.query_one("#preset", Select).value = plan.recommended
+        try:
+            request = self.request()
+        except InvalidInput as exc:
+            self._problem(str(exc))
+            return
+        self._apply_plan(request, plan)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="config", name="Applying the plan")
+    def _apply_plan(self, request: DeployRequest, plan) -> None:
+        try:
+            config = self.app.service.build_spec(request).config
+        except GeotrainError as exc:
+            self.post_message(FormProblem(str(exc)))
+            return
+        diloco = dict(config.get("diloco") or {})
+        diloco["inner_steps"] = plan.inner_steps if plan.tuned() else None  # null: the preset's own H
+        diloco["overlap"] = bool(plan.overlap)
+        config = {**config, "gradient_compression": plan.recommended, "diloco": diloco}
+        how = [f"preset {plan.recommended}"]
+        if plan.tuned():
+            how.append(f"H={plan.inner_steps}")
+        if plan.overlap:
+            how.append("overlap on")
+        self.post_message(PlanApplied(yaml.safe_dump(config, sort_keys=False), ", ".join(how)))
+
+    @on(PlanApplied)
+    def _plan_applied(self, message: PlanApplied) -> None:
+        self.config_text = message.config_text
+        self.query_one("#config-state", Static).update(
+            f"Using the planner's advice ({message.what}) in the detailed config: ctrl+e shows it.")
 
     @on(Button.Pressed, "#edit")
     def action_edit_config(self) -> None:
