@@ -70,19 +70,30 @@ class NodesLoaded(Message):
 
 @dataclass
 class PlanAdvice(Message):
-    """The WAN planner's one-line advice for the deploy form's current choices, and the plan
-    itself (None when there is no estimate) for `ctrl+r` to apply."""
+    """The WAN planner's advice for the deploy form's choices `key` (cluster, model, size, workers):
+    the text shown, the plan for `ctrl+r` (None when there is no estimate) and why there is none."""
 
     text: str
     plan: Any = None
+    key: tuple = ()
+    no_plan: str = ""
+
+
+@dataclass(frozen=True)
+class AppliedPlan:
+    """What `ctrl+r` applied for the choices `key`: the preset and `--set` items the form deploys with."""
+
+    key: tuple
+    preset: str
+    sets: tuple[str, ...]
+    what: str
 
 
 @dataclass
 class PlanApplied(Message):
-    """The detailed config with the planner's advice in it, and a few words on what that was."""
+    """The planner's advice checked against the form: apply it."""
 
-    config_text: str
-    what: str
+    applied: AppliedPlan
 
 
 @dataclass

@@ -8,8 +8,11 @@ anyway (the CLI's --force), naming what it ignores."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import yaml
 from textual import on, work
+from textual.worker import get_current_worker
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -25,7 +28,7 @@ from core.requirements.check import check_before_deploy
 from core.workspaces import DEFAULTS, DeployRequest, check_token
 from tui.widgets.form_field import FormField
 from core.schema.yaml_loader import load_yaml
-from tui.messages import (DeployChoices, DetailedConfig, FormProblem, PlanAdvice, PlanApplied,
+from tui.messages import (AppliedPlan, DeployChoices, DetailedConfig, FormProblem, PlanAdvice, PlanApplied,
                           RequirementsUnmet, WorkspaceDeployed)
 from tui.widgets.requirements_table import RequirementsTable
 from tui.screens.base import GeotrainScreen
@@ -48,10 +51,13 @@ class DeployScreen(GeotrainScreen):
     def __init__(self) -> None:
         super().__init__()
         self.models: dict[str, list[str]] = {}
-        self.config_text: str | None = None  # set once the detailed config was edited
+        self.config_text: str | None = None  # set once the detailed config was edited and saved
         self.preferred_size = DEFAULTS["size"]
         self.unmet: RequirementsUnmet | None = None  # shown; the same choices again = go on anyway
-        self.plan = None  # the planner's latest Plan for the form's choices (ctrl+r applies it)
+        self.plan = None  # the planner's Plan for the form's current choices (ctrl+r applies it)
+        self.plan_key: tuple = ()  # the choices that plan is for
+        self.no_plan = ""  # why the planner has no estimate for them, when it said so
+        self.applied: AppliedPlan | None = None  # what ctrl+r applied: --set items on top of the form
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -73,7 +79,7 @@ class DeployScreen(GeotrainScreen):
                 yield FormField("Hugging Face token (optional; checkpoints stay local)",
                              Input(password=True, placeholder="never shown", id="hf"))
             yield Static("", id="plan", classes="hint", markup=False)
-            yield Static("", id="config-state", classes="hint")
+            yield Static("", id="config-state", classes="hint", markup=False)
             yield Static("", id="form-error", classes="field-error", markup=False)
             yield RequirementsTable(id="requirements")
             with Horizontal(classes="form-buttons"):
@@ -116,25 +122,44 @@ class DeployScreen(GeotrainScreen):
         if isinstance(event.value, str):
             self._sizes(event.value)
 
-    @on(Select.Changed, "#cluster, #size, #preset")
+    def _plan_key(self) -> tuple:
+        """The choices a plan depends on: cluster, model, size and workers (not the preset or steps)."""
+        return (self._value("#cluster"), self._value("#model"), self._value("#size"),
+                self.query_one("#workers", Input).value.strip())
+
+    @on(Select.Changed, "#cluster, #model, #size")
     @on(Input.Changed, "#workers, #steps")
     def _choices_changed(self) -> None:
-        self.plan = None  # until the planner has seen these choices, ctrl+r has nothing to apply
-        cluster, model, size = self._value("#cluster"), self._value("#model"), self._value("#size")
-        workers = self.query_one("#workers", Input).value.strip()
+        key = self._plan_key()
+        if self.plan is not None and self.plan_key != key:
+            self.plan = None  # until the planner has seen these choices, ctrl+r has nothing to apply
+        if self.applied is not None and self.applied.key != key:
+            self._drop_applied("the cluster, model, size or workers changed")
+        cluster, model, size, workers = key
         steps = self.query_one("#steps", Input).value.strip()
         if cluster and model and size and workers.isdigit() and int(workers) > 0:
             self._advise(cluster, model, size, int(workers), int(steps) if steps.isdigit() and int(steps) else None)
+
+    @on(Select.Changed, "#preset")
+    def _preset_changed(self, event: Select.Changed) -> None:
+        if self.applied is not None and event.value != self.applied.preset:
+            self._drop_applied(f"the preset is now {event.value}")
+
+    def _drop_applied(self, why: str) -> None:
+        self.applied = None
+        self.query_one("#config-state", Static).update(
+            f"The planner's advice is no longer applied: {why}. ctrl+r applies the advice shown now.")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="plan", name="Planning")
     def _advise(self, cluster: str, model: str, size: str, workers: int, steps: int | None = None) -> None:
         """The WAN planner's pick for these choices (step time assumed unless measured), and
         on a cluster in several datacenters, which of them to use."""
-        plan = None
+        plan, no_plan = None, ""
         try:
             plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
             text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size}); ctrl+r uses it"
         except GeotrainError as exc:
+            no_plan = exc.message
             text = f"Planner: no estimate ({exc.message})"
         try:
             sites = choose_for_cluster(self.app.service.store, cluster, model, size,
@@ -144,11 +169,14 @@ class DeployScreen(GeotrainScreen):
                         f"{DEFAULT_STEP_S:g} s/step assumed)"
         except GeotrainError as exc:
             text += f"\nDatacenters: no choice ({exc.message})"
-        self.post_message(PlanAdvice(text, plan))
+        if not get_current_worker().is_cancelled:  # superseded by newer choices: say nothing
+            self.post_message(PlanAdvice(text, plan, (cluster, model, size, str(workers)), no_plan))
 
     @on(PlanAdvice)
     def _show_advice(self, message: PlanAdvice) -> None:
-        self.plan = message.plan
+        if message.key != self._plan_key():
+            return  # advice for choices the form no longer has
+        self.plan, self.plan_key, self.no_plan = message.plan, message.key, message.no_plan
         self.query_one("#plan", Static).update(message.text)
 
     # reading the form ------------------------------------------------------
@@ -171,7 +199,8 @@ class DeployScreen(GeotrainScreen):
                              preset=self._value("#preset"),
                              workers=self._number("#workers", "Workers"),
                              steps=self._number("#steps", "Steps"),
-                             config_text=self.config_text, config_source="detailed config")
+                             config_text=self.config_text, config_source="detailed config",
+                             sets=self.applied.sets if self.applied else ())
 
     def tokens(self) -> dict[str, str | None]:
         tokens = {}
@@ -233,43 +262,54 @@ class DeployScreen(GeotrainScreen):
         self.app.open_workspace(message.workspace.id, replace=True)
 
     def action_use_plan(self) -> None:
-        """The planner's preset in the form; its H (when it lowered it) and overlap in the detailed config."""
+        """The planner's preset in the form, and its H (when it lowered it) and overlap choice as
+        `--set` items on top of the form and any edited config; checked before anything changes."""
         self._problem("")
         plan = self.plan
-        if plan is None or plan.recommended is None:
-            self._problem("no planner advice yet: choose a cluster, model, size and workers, then press ctrl+r")
+        if plan is None or plan.recommended is None or self.plan_key != self._plan_key():
+            why = (f"the planner has no estimate for these choices ({self.no_plan})" if self.no_plan
+                   else "no planner advice yet for these choices: wait for the Planner line, then press ctrl+r")
+            self._problem(why)
             return
-        self.query_one("#preset", Select).value = plan.recommended
+        options = {value for _, value in self.query_one("#preset", Select)._options}
+        if plan.recommended not in options:
+            self._problem(f"the planner recommends preset {plan.recommended!r}, which this form does not offer")
+            return
+        sets = (f"diloco.inner_steps={plan.inner_steps if plan.tuned() else 'null'}",
+                f"diloco.overlap={'true' if plan.overlap else 'false'}")
+        what = ", ".join([f"preset {plan.recommended}"] + ([f"H={plan.inner_steps}"] if plan.tuned() else [])
+                         + (["overlap on"] if plan.overlap else []))
         try:
             request = self.request()
         except InvalidInput as exc:
             self._problem(str(exc))
             return
-        self._apply_plan(request, plan)
+        applied = AppliedPlan(self.plan_key, plan.recommended, sets, what)
+        self._apply_plan(dataclasses.replace(request, preset=plan.recommended, sets=sets), applied)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="config", name="Applying the plan")
-    def _apply_plan(self, request: DeployRequest, plan) -> None:
+    def _apply_plan(self, request: DeployRequest, applied: AppliedPlan) -> None:
         try:
-            config = self.app.service.build_spec(request).config
+            self.app.service.build_spec(request)  # the form with the advice must make a valid workspace
         except GeotrainError as exc:
             self.post_message(FormProblem(str(exc)))
             return
-        diloco = dict(config.get("diloco") or {})
-        diloco["inner_steps"] = plan.inner_steps if plan.tuned() else None  # null: the preset's own H
-        diloco["overlap"] = bool(plan.overlap)
-        config = {**config, "gradient_compression": plan.recommended, "diloco": diloco}
-        how = [f"preset {plan.recommended}"]
-        if plan.tuned():
-            how.append(f"H={plan.inner_steps}")
-        if plan.overlap:
-            how.append("overlap on")
-        self.post_message(PlanApplied(yaml.safe_dump(config, sort_keys=False), ", ".join(how)))
+        except Exception as exc:  # noqa: BLE001 - one line in the form, never a silent end
+            self.post_message(FormProblem(f"could not apply the planner's advice: {type(exc).__name__}: {exc}"))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(PlanApplied(applied))
 
     @on(PlanApplied)
     def _plan_applied(self, message: PlanApplied) -> None:
-        self.config_text = message.config_text
+        applied = message.applied
+        if applied.key != self._plan_key():
+            return  # the choices changed while it was checked
+        self.applied = applied
+        self.query_one("#preset", Select).value = applied.preset
+        where = "on top of your edited detailed config" if self.config_text else "in the detailed config"
         self.query_one("#config-state", Static).update(
-            f"Using the planner's advice ({message.what}) in the detailed config: ctrl+e shows it.")
+            f"Using the planner's advice ({applied.what}) {where}: ctrl+e shows it.")
 
     @on(Button.Pressed, "#edit")
     def action_edit_config(self) -> None:
@@ -298,6 +338,7 @@ class DeployScreen(GeotrainScreen):
         if text is None:
             return
         self.config_text = text
+        self.applied = None  # the editor showed the advice's values; what was saved is the user's now
         config = load_yaml(text, "the detailed config")
         if isinstance(config.get("size"), str):
             self.preferred_size = config["size"]
