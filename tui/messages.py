@@ -90,13 +90,6 @@ class AppliedPlan:
 
 
 @dataclass
-class PlanApplied(Message):
-    """The planner's advice checked against the form: apply it."""
-
-    applied: AppliedPlan
-
-
-@dataclass
 class DeployChoices(Message):
     """What the deploy form offers: cluster names, model -> sizes, preset names."""
 

@@ -6,7 +6,7 @@ no longer applied."""
 import asyncio
 
 import yaml
-from textual.widgets import Input, Select, Static
+from textual.widgets import Input, Select, Static, TextArea
 
 from core.domain import recipe_catalog
 from core.domain.records import Cluster, Node
@@ -18,6 +18,7 @@ from tests.planner.clusters import seed_three_datacenters
 from tests.tui.waiting import on_screen, until
 from tui.app import make_app
 from tui.messages import PlanAdvice
+from tui.screens.config_editor import ConfigEditorScreen
 from tui.screens.workspace_deploy import DeployScreen
 
 
@@ -64,8 +65,9 @@ def test_ctrl_r_deploys_the_planners_preset_and_lowered_h(geotrain_home):
     async def check(app, pilot):
         form = app.screen
         assert form.query_one("#preset", Select).value == "medium"  # the form's default until ctrl+r
-        await _use_plan(pilot, form)
-        assert "(preset low, H=8)" in _text(form, "#config-state")
+        await pilot.press("ctrl+r")
+        assert form.request().sets == ("diloco.inner_steps=8", "diloco.overlap=false")  # ctrl+s right after has it
+        assert "(preset low, H=8, overlap off)" in _text(form, "#config-state")
         assert form.query_one("#preset", Select).value == "low"
         assert form.config_text is None  # the advice rides on the form, not on a frozen config
         spec = app.service.build_spec(form.request())  # what ctrl+s would deploy
@@ -84,8 +86,8 @@ def test_ctrl_r_turns_overlap_on_and_a_size_change_drops_the_advice(geotrain_hom
         assert spec.config["diloco"]["inner_steps"] == 77 and spec.config["diloco"]["overlap"] is True
 
         form.query_one("#size", Select).value = "tiny"  # advice for 125m says nothing about tiny
-        await until(pilot, lambda: "no longer applied" in _text(form, "#config-state"))
-        assert form.applied is None and "size" in _text(form, "#config-state")
+        await until(pilot, lambda: "no longer applied: the size changed" in _text(form, "#config-state"))
+        assert form.applied is None
         spec = app.service.build_spec(form.request())
         shipped = recipe_catalog.default_config("gpt-neo", "tiny")["diloco"]
         assert spec.config["size"] == "tiny"
@@ -136,7 +138,7 @@ def test_ctrl_r_on_local_takes_ddp_and_leaves_h_to_the_preset(geotrain_home):
     async def check(app, pilot):
         form = app.screen
         await _use_plan(pilot, form)
-        assert "(preset none)" in _text(form, "#config-state")
+        assert "(preset none, the preset's own H, overlap off)" in _text(form, "#config-state")
         assert form.query_one("#preset", Select).value == "none"
         spec = app.service.build_spec(form.request())
         assert spec.config["gradient_compression"] == "none" and spec.config["diloco"]["inner_steps"] is None
@@ -162,3 +164,52 @@ def test_ctrl_r_before_the_planner_answers_says_to_wait(geotrain_home):
         await pilot.pause()
         assert form.applied is None and form.query_one("#preset", Select).value == "medium"
     _run_form("eu", "Planner: preset low at H=8", check)
+
+
+async def _edit(app, pilot, change=None) -> None:
+    """ctrl+e, optionally change the editor's text, ctrl+s: back on the form with it saved."""
+    await pilot.press("ctrl+e")
+    await on_screen(pilot, ConfigEditorScreen, 30)
+    editor = app.screen.query_one(TextArea)
+    assert "applied on top when you deploy: diloco.inner_steps=" in editor.text.splitlines()[0]
+    if change:
+        editor.text = change(editor.text)
+    await pilot.press("ctrl+s")
+    await on_screen(pilot, DeployScreen, 30)
+
+
+def test_advice_saved_through_the_editor_still_drops_on_a_size_change(geotrain_home):
+    # the editor shows the config without the advice (a comment names it): saving it unchanged
+    # keeps the advice as --set items, which a later change of size drops
+    async def check(app, pilot):
+        await _use_plan(pilot, app.screen)
+        await _edit(app, pilot)
+        form = app.screen
+        assert form.applied is not None and "with the planner's advice" in _text(form, "#config-state")
+        assert app.service.build_spec(form.request()).config["diloco"]["inner_steps"] == 77
+        form.query_one("#size", Select).value = "tiny"
+        await until(pilot, lambda: "the size changed" in _text(form, "#config-state"))
+        spec = app.service.build_spec(form.request())
+        shipped = recipe_catalog.default_config("gpt-neo", "tiny")["diloco"]
+        assert spec.config["diloco"]["inner_steps"] == shipped["inner_steps"]
+        assert spec.config["diloco"]["overlap"] == shipped["overlap"]
+    _run_form("eu", "Planner: preset high at H=77", check, size="125m")
+
+
+def test_h_set_in_the_editor_replaces_the_advice(geotrain_home):
+    async def check(app, pilot):
+        await _use_plan(pilot, app.screen)
+        await _edit(app, pilot, lambda text: text.replace("inner_steps: null", "inner_steps: 50", 1))
+        form = app.screen
+        assert form.applied is None and "replace the planner's advice" in _text(form, "#config-state")
+        assert app.service.build_spec(form.request()).config["diloco"]["inner_steps"] == 50
+    _run_form("eu", "Planner: preset low at H=8", check)
+
+
+def test_no_estimate_for_old_choices_is_not_given_as_the_reason_for_new_ones(geotrain_home):
+    async def check(app, pilot):
+        form = app.screen
+        form.query_one("#cluster", Select).value = "eu"
+        form.action_use_plan()  # before the planner has seen eu: bare's reason would be wrong
+        assert "no planner advice yet" in _text(form, "#form-error")
+    _run_form("bare", "Planner: no estimate", check)

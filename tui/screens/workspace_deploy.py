@@ -1,6 +1,7 @@
 """The deploy form: template, cluster, model, size, preset, workers, steps, and the
 W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config; `ctrl+r`
-takes the planner's advice (its preset, and its H and overlap into the detailed config).
+takes the planner's advice (its preset in the form, its H and overlap as `--set` items on top
+of the form and any edited config) until a choice it was computed for changes.
 
 Before submitting, the requirements (core.requirements) are checked; what is not met is
 shown as a table and nothing is submitted. `ctrl+s` again with the same choices deploys
@@ -28,8 +29,8 @@ from core.requirements.check import check_before_deploy
 from core.workspaces import DEFAULTS, DeployRequest, check_token
 from tui.widgets.form_field import FormField
 from core.schema.yaml_loader import load_yaml
-from tui.messages import (AppliedPlan, DeployChoices, DetailedConfig, FormProblem, PlanAdvice, PlanApplied,
-                          RequirementsUnmet, WorkspaceDeployed)
+from tui.messages import (AppliedPlan, DeployChoices, DetailedConfig, FormProblem, PlanAdvice, RequirementsUnmet,
+                          WorkspaceDeployed)
 from tui.widgets.requirements_table import RequirementsTable
 from tui.screens.base import GeotrainScreen
 
@@ -58,6 +59,7 @@ class DeployScreen(GeotrainScreen):
         self.plan_key: tuple = ()  # the choices that plan is for
         self.no_plan = ""  # why the planner has no estimate for them, when it said so
         self.applied: AppliedPlan | None = None  # what ctrl+r applied: --set items on top of the form
+        self.editor_diloco: tuple = ()  # (inner_steps, overlap) as the editor showed them
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -122,23 +124,30 @@ class DeployScreen(GeotrainScreen):
         if isinstance(event.value, str):
             self._sizes(event.value)
 
+    _KEY_NAMES = ("cluster", "model", "size", "workers")
+
     def _plan_key(self) -> tuple:
         """The choices a plan depends on: cluster, model, size and workers (not the preset or steps)."""
+        workers = self.query_one("#workers", Input).value.strip()
         return (self._value("#cluster"), self._value("#model"), self._value("#size"),
-                self.query_one("#workers", Input).value.strip())
+                str(int(workers)) if workers.isdigit() else workers)
 
     @on(Select.Changed, "#cluster, #model, #size")
     @on(Input.Changed, "#workers, #steps")
     def _choices_changed(self) -> None:
         key = self._plan_key()
-        if self.plan is not None and self.plan_key != key:
-            self.plan = None  # until the planner has seen these choices, ctrl+r has nothing to apply
+        if self.plan_key != key:  # until the planner has seen these choices, ctrl+r has nothing to apply
+            self.plan, self.no_plan = None, ""
+            self.query_one("#plan", Static).update("Planner: working out these choices…")
         if self.applied is not None and self.applied.key != key:
-            self._drop_applied("the cluster, model, size or workers changed")
+            changed = [name for name, old, new in zip(self._KEY_NAMES, self.applied.key, key) if old != new]
+            self._drop_applied(f"the {' and '.join(changed)} changed")
         cluster, model, size, workers = key
         steps = self.query_one("#steps", Input).value.strip()
         if cluster and model and size and workers.isdigit() and int(workers) > 0:
             self._advise(cluster, model, size, int(workers), int(steps) if steps.isdigit() and int(steps) else None)
+        elif cluster and model and size:
+            self.query_one("#plan", Static).update("Planner: waiting for a number of workers (1 or more)")
 
     @on(Select.Changed, "#preset")
     def _preset_changed(self, event: Select.Changed) -> None:
@@ -161,6 +170,9 @@ class DeployScreen(GeotrainScreen):
         except GeotrainError as exc:
             no_plan = exc.message
             text = f"Planner: no estimate ({exc.message})"
+        except Exception as exc:  # noqa: BLE001 - the form says so instead of waiting for ever
+            no_plan = f"the planner failed: {type(exc).__name__}: {exc}"
+            text = f"Planner: no estimate ({no_plan})"
         try:
             sites = choose_for_cluster(self.app.service.store, cluster, model, size,
                                        steps=steps or DEFAULT_STEPS)
@@ -262,12 +274,14 @@ class DeployScreen(GeotrainScreen):
         self.app.open_workspace(message.workspace.id, replace=True)
 
     def action_use_plan(self) -> None:
-        """The planner's preset in the form, and its H (when it lowered it) and overlap choice as
-        `--set` items on top of the form and any edited config; checked before anything changes."""
+        """The planner's preset in the form, and its H and overlap choice as `--set` items on top
+        of the form and any edited config; checked (in this handler, so ctrl+s or ctrl+e right
+        after see it) before anything in the form changes."""
         self._problem("")
         plan = self.plan
         if plan is None or plan.recommended is None or self.plan_key != self._plan_key():
-            why = (f"the planner has no estimate for these choices ({self.no_plan})" if self.no_plan
+            why = (f"the planner has no estimate for these choices ({self.no_plan})"
+                   if self.no_plan and self.plan_key == self._plan_key()
                    else "no planner advice yet for these choices: wait for the Planner line, then press ctrl+r")
             self._problem(why)
             return
@@ -277,39 +291,23 @@ class DeployScreen(GeotrainScreen):
             return
         sets = (f"diloco.inner_steps={plan.inner_steps if plan.tuned() else 'null'}",
                 f"diloco.overlap={'true' if plan.overlap else 'false'}")
-        what = ", ".join([f"preset {plan.recommended}"] + ([f"H={plan.inner_steps}"] if plan.tuned() else [])
-                         + (["overlap on"] if plan.overlap else []))
+        what = (f"preset {plan.recommended}, " + (f"H={plan.inner_steps}" if plan.tuned() else "the preset's own H")
+                + f", overlap {'on' if plan.overlap else 'off'}")
         try:
-            request = self.request()
-        except InvalidInput as exc:
-            self._problem(str(exc))
-            return
-        applied = AppliedPlan(self.plan_key, plan.recommended, sets, what)
-        self._apply_plan(dataclasses.replace(request, preset=plan.recommended, sets=sets), applied)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="config", name="Applying the plan")
-    def _apply_plan(self, request: DeployRequest, applied: AppliedPlan) -> None:
-        try:
+            request = dataclasses.replace(self.request(), preset=plan.recommended, sets=sets)
             self.app.service.build_spec(request)  # the form with the advice must make a valid workspace
         except GeotrainError as exc:
-            self.post_message(FormProblem(str(exc)))
+            self._problem(str(exc))
             return
-        except Exception as exc:  # noqa: BLE001 - one line in the form, never a silent end
-            self.post_message(FormProblem(f"could not apply the planner's advice: {type(exc).__name__}: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - one line in the form, never a traceback
+            self._problem(f"could not apply the planner's advice: {type(exc).__name__}: {exc}")
             return
-        if not get_current_worker().is_cancelled:
-            self.post_message(PlanApplied(applied))
-
-    @on(PlanApplied)
-    def _plan_applied(self, message: PlanApplied) -> None:
-        applied = message.applied
-        if applied.key != self._plan_key():
-            return  # the choices changed while it was checked
-        self.applied = applied
-        self.query_one("#preset", Select).value = applied.preset
-        where = "on top of your edited detailed config" if self.config_text else "in the detailed config"
+        self.applied = AppliedPlan(self.plan_key, plan.recommended, sets, what)
+        self.query_one("#preset", Select).value = plan.recommended
+        where = "on top of your edited detailed config" if self.config_text else "when you deploy"
         self.query_one("#config-state", Static).update(
-            f"Using the planner's advice ({applied.what}) {where}: ctrl+e shows it.")
+            f"Using the planner's advice ({what}) {where}; changing cluster, model, size, workers or preset "
+            "drops it.")
 
     @on(Button.Pressed, "#edit")
     def action_edit_config(self) -> None:
@@ -319,26 +317,45 @@ class DeployScreen(GeotrainScreen):
         except InvalidInput as exc:
             self._problem(str(exc))
             return
-        self._build_config(request)
+        # the advice stays --set items on top (so a later change of choices can drop it); the
+        # editor names them in a comment instead of writing them into the user's config
+        self._build_config(dataclasses.replace(request, sets=()), self.applied)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="config", name="Building config")
-    def _build_config(self, request: DeployRequest) -> None:
+    def _build_config(self, request: DeployRequest, applied: AppliedPlan | None) -> None:
         try:
             spec = self.app.service.build_spec(request)
-        except InvalidInput as exc:
+        except GeotrainError as exc:
             self.post_message(FormProblem(str(exc)))
             return
-        self.post_message(DetailedConfig(yaml.safe_dump(spec.config, sort_keys=False)))
+        text = yaml.safe_dump(spec.config, sort_keys=False)
+        if applied is not None:
+            text = (f"# The planner's advice (ctrl+r) is applied on top when you deploy: {', '.join(applied.sets)}.\n"
+                    "# Set diloco.inner_steps or diloco.overlap here to use your own instead.\n" + text)
+        if not get_current_worker().is_cancelled:
+            self.post_message(DetailedConfig(text))
 
     @on(DetailedConfig)
     def _open_editor(self, message: DetailedConfig) -> None:
+        self.editor_diloco = self._diloco(message.text)
         self.app.open_config_editor(message.text, self._edited)
+
+    @staticmethod
+    def _diloco(text: str) -> tuple:
+        diloco = load_yaml(text, "the detailed config").get("diloco") or {}
+        return (diloco.get("inner_steps"), diloco.get("overlap")) if isinstance(diloco, dict) else ()
 
     def _edited(self, text: str | None) -> None:
         if text is None:
             return
         self.config_text = text
-        self.applied = None  # the editor showed the advice's values; what was saved is the user's now
+        state = "Using your edited detailed config (form fields still apply on top)."
+        if self.applied is not None and self._diloco(text) != self.editor_diloco:
+            self.applied = None  # the user set H or overlap in the editor: theirs, not the advice, deploys
+            state = "Using your edited detailed config: your diloco.inner_steps/overlap replace the planner's advice."
+        elif self.applied is not None:
+            state = f"Using your edited detailed config with the planner's advice ({self.applied.what}) on top."
+        self.query_one("#config-state", Static).update(state)
         config = load_yaml(text, "the detailed config")
         if isinstance(config.get("size"), str):
             self.preferred_size = config["size"]
@@ -348,8 +365,6 @@ class DeployScreen(GeotrainScreen):
                 self.query_one(selector, Select).value = config[key]
         if isinstance(config.get("steps"), int):
             self.query_one("#steps", Input).value = str(config["steps"])
-        self.query_one("#config-state", Static).update(
-            "Using your edited detailed config (form fields still apply on top).")
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
