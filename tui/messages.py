@@ -117,9 +117,11 @@ class FormProblem(Message):
 
 @dataclass
 class DetailedConfig(Message):
-    """The full detailed config (YAML) of what the form would deploy now."""
+    """The full detailed config (YAML) of what the form would deploy now, and its
+    (diloco.inner_steps, diloco.overlap) as shown."""
 
     text: str
+    diloco: tuple = ()
 
 
 @dataclass

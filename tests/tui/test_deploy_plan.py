@@ -54,6 +54,11 @@ def _run_form(cluster: str, expected: str, check, size: str | None = None) -> No
     asyncio.run(run())
 
 
+def _deploys(app):
+    """The workspace spec ctrl+s in the form would deploy now."""
+    return app.service.build_spec(app.screen.request())
+
+
 async def _use_plan(pilot, form) -> None:
     await pilot.press("ctrl+r")
     await until(pilot, lambda: "Using the planner's advice" in _text(form, "#config-state"), 30)
@@ -70,7 +75,7 @@ def test_ctrl_r_deploys_the_planners_preset_and_lowered_h(geotrain_home):
         assert "(preset low, H=8, overlap off)" in _text(form, "#config-state")
         assert form.query_one("#preset", Select).value == "low"
         assert form.config_text is None  # the advice rides on the form, not on a frozen config
-        spec = app.service.build_spec(form.request())  # what ctrl+s would deploy
+        spec = _deploys(app)
         assert spec.config["gradient_compression"] == "low"
         assert spec.config["diloco"]["inner_steps"] == 8 and spec.config["diloco"]["overlap"] is False
     _run_form("eu", "Planner: preset low at H=8 (diloco.inner_steps: 8)", check)
@@ -82,13 +87,13 @@ def test_ctrl_r_turns_overlap_on_and_a_size_change_drops_the_advice(geotrain_hom
         form = app.screen
         await _use_plan(pilot, form)
         assert "(preset high, H=77, overlap on)" in _text(form, "#config-state")
-        spec = app.service.build_spec(form.request())
+        spec = _deploys(app)
         assert spec.config["diloco"]["inner_steps"] == 77 and spec.config["diloco"]["overlap"] is True
 
         form.query_one("#size", Select).value = "tiny"  # advice for 125m says nothing about tiny
         await until(pilot, lambda: "no longer applied: the size changed" in _text(form, "#config-state"))
         assert form.applied is None
-        spec = app.service.build_spec(form.request())
+        spec = _deploys(app)
         shipped = recipe_catalog.default_config("gpt-neo", "tiny")["diloco"]
         assert spec.config["size"] == "tiny"
         assert spec.config["diloco"]["inner_steps"] == shipped["inner_steps"]
@@ -103,7 +108,7 @@ def test_choosing_another_preset_after_ctrl_r_drops_the_advice(geotrain_home):
         await _use_plan(pilot, form)
         form.query_one("#preset", Select).value = "medium"
         await until(pilot, lambda: "the preset is now medium" in _text(form, "#config-state"))
-        spec = app.service.build_spec(form.request())
+        spec = _deploys(app)
         assert spec.config["gradient_compression"] == "medium" and spec.config["diloco"]["inner_steps"] is None
     _run_form("eu", "Planner: preset low at H=8", check)
 
@@ -123,12 +128,12 @@ def test_advice_for_choices_the_form_no_longer_has_is_ignored(geotrain_home):
 def test_ctrl_r_on_an_edited_config_keeps_the_users_edits(geotrain_home):
     async def check(app, pilot):
         form = app.screen
-        config = app.service.build_spec(form.request()).config
+        config = _deploys(app).config
         config["optim"]["lr"] = 0.0007
         form._edited(yaml.safe_dump(config, sort_keys=False))  # what saving in the config editor calls
         await _use_plan(pilot, form)
         assert "on top of your edited detailed config" in _text(form, "#config-state")
-        spec = app.service.build_spec(form.request())
+        spec = _deploys(app)
         assert spec.config["optim"]["lr"] == 0.0007
         assert spec.config["diloco"]["inner_steps"] == 8 and spec.config["gradient_compression"] == "low"
     _run_form("eu", "Planner: preset low at H=8", check)
@@ -140,7 +145,7 @@ def test_ctrl_r_on_local_takes_ddp_and_leaves_h_to_the_preset(geotrain_home):
         await _use_plan(pilot, form)
         assert "(preset none, the preset's own H, overlap off)" in _text(form, "#config-state")
         assert form.query_one("#preset", Select).value == "none"
-        spec = app.service.build_spec(form.request())
+        spec = _deploys(app)
         assert spec.config["gradient_compression"] == "none" and spec.config["diloco"]["inner_steps"] is None
     _run_form("local", "Planner: preset none: ~100% GPU utilization on local", check)
 
@@ -186,10 +191,10 @@ def test_advice_saved_through_the_editor_still_drops_on_a_size_change(geotrain_h
         await _edit(app, pilot)
         form = app.screen
         assert form.applied is not None and "with the planner's advice" in _text(form, "#config-state")
-        assert app.service.build_spec(form.request()).config["diloco"]["inner_steps"] == 77
+        assert _deploys(app).config["diloco"]["inner_steps"] == 77
         form.query_one("#size", Select).value = "tiny"
         await until(pilot, lambda: "the size changed" in _text(form, "#config-state"))
-        spec = app.service.build_spec(form.request())
+        spec = _deploys(app)
         shipped = recipe_catalog.default_config("gpt-neo", "tiny")["diloco"]
         assert spec.config["diloco"]["inner_steps"] == shipped["inner_steps"]
         assert spec.config["diloco"]["overlap"] == shipped["overlap"]
@@ -202,7 +207,7 @@ def test_h_set_in_the_editor_replaces_the_advice(geotrain_home):
         await _edit(app, pilot, lambda text: text.replace("inner_steps: null", "inner_steps: 50", 1))
         form = app.screen
         assert form.applied is None and "replace the planner's advice" in _text(form, "#config-state")
-        assert app.service.build_spec(form.request()).config["diloco"]["inner_steps"] == 50
+        assert _deploys(app).config["diloco"]["inner_steps"] == 50
     _run_form("eu", "Planner: preset low at H=8", check)
 
 

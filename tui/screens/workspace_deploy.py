@@ -52,6 +52,7 @@ class DeployScreen(GeotrainScreen):
     def __init__(self) -> None:
         super().__init__()
         self.models: dict[str, list[str]] = {}
+        self.presets: list[str] = []
         self.config_text: str | None = None  # set once the detailed config was edited and saved
         self.preferred_size = DEFAULTS["size"]
         self.unmet: RequirementsUnmet | None = None  # shown; the same choices again = go on anyway
@@ -101,7 +102,7 @@ class DeployScreen(GeotrainScreen):
 
     @on(DeployChoices)
     def _choices(self, message: DeployChoices) -> None:
-        self.models = message.models
+        self.models, self.presets = message.models, message.presets
         self._set_options("#cluster", message.clusters, "local")
         self._set_options("#model", list(message.models), DEFAULTS["model"])
         self._set_options("#preset", message.presets, DEFAULTS["preset"])
@@ -285,8 +286,7 @@ class DeployScreen(GeotrainScreen):
                    else "no planner advice yet for these choices: wait for the Planner line, then press ctrl+r")
             self._problem(why)
             return
-        options = {value for _, value in self.query_one("#preset", Select)._options}
-        if plan.recommended not in options:
+        if plan.recommended not in self.presets:
             self._problem(f"the planner recommends preset {plan.recommended!r}, which this form does not offer")
             return
         sets = (f"diloco.inner_steps={plan.inner_steps if plan.tuned() else 'null'}",
@@ -333,30 +333,31 @@ class DeployScreen(GeotrainScreen):
             text = (f"# The planner's advice (ctrl+r) is applied on top when you deploy: {', '.join(applied.sets)}.\n"
                     "# Set diloco.inner_steps or diloco.overlap here to use your own instead.\n" + text)
         if not get_current_worker().is_cancelled:
-            self.post_message(DetailedConfig(text))
+            self.post_message(DetailedConfig(text, self._diloco(spec.config)))
 
     @on(DetailedConfig)
     def _open_editor(self, message: DetailedConfig) -> None:
-        self.editor_diloco = self._diloco(message.text)
+        self.editor_diloco = message.diloco
         self.app.open_config_editor(message.text, self._edited)
 
     @staticmethod
-    def _diloco(text: str) -> tuple:
-        diloco = load_yaml(text, "the detailed config").get("diloco") or {}
+    def _diloco(config: dict) -> tuple:
+        """A config's (inner_steps, overlap): what the planner's advice sets."""
+        diloco = config.get("diloco") or {}
         return (diloco.get("inner_steps"), diloco.get("overlap")) if isinstance(diloco, dict) else ()
 
     def _edited(self, text: str | None) -> None:
         if text is None:
             return
         self.config_text = text
+        config = load_yaml(text, "the detailed config")
         state = "Using your edited detailed config (form fields still apply on top)."
-        if self.applied is not None and self._diloco(text) != self.editor_diloco:
+        if self.applied is not None and self._diloco(config) != self.editor_diloco:
             self.applied = None  # the user set H or overlap in the editor: theirs, not the advice, deploys
             state = "Using your edited detailed config: your diloco.inner_steps/overlap replace the planner's advice."
         elif self.applied is not None:
             state = f"Using your edited detailed config with the planner's advice ({self.applied.what}) on top."
         self.query_one("#config-state", Static).update(state)
-        config = load_yaml(text, "the detailed config")
         if isinstance(config.get("size"), str):
             self.preferred_size = config["size"]
             self._sizes(config.get("model") or self._value("#model") or "")
