@@ -182,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.task == "text":
         return text_main(args)
+    text_only = [flag for flag, given in (
+        ("--seeds", args.seeds != 1), ("--first-seed", args.first_seed != 0), ("--merge", args.merge),
+        ("--shards", args.shards != "passages"), ("--eval-every", args.eval_every != 50), ("--set", args.sets),
+        ("--ddp-from", args.ddp_from), ("--budgets", args.budgets), ("--device", args.device != "cpu"),
+        ("--parallel", args.parallel != 1)) if given]
+    if text_only:  # the Markov bench would ignore them and run for minutes
+        raise SystemExit(f"{', '.join(text_only)}: only for the text task; add --task text")
     methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
     if "ddp" not in methods:
         methods = ["ddp", *methods]

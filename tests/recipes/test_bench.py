@@ -92,3 +92,16 @@ def test_runs_keep_the_callers_python_path_and_a_failure_says_why(tmp_path, monk
     first = str(err.value).splitlines()[0]
     assert first.startswith("ddp failed: ") and "steps" in first
     assert len(list(tmp_path.glob("mark-*"))) >= 3  # the launcher and both workers
+
+
+def test_text_only_options_on_the_markov_task_are_refused_in_one_line(capsys):
+    """`--merge` and friends without `--task text` would otherwise be ignored while the Markov
+    bench runs for minutes: refused before anything starts."""
+    from recipes.bench import presets
+
+    with pytest.raises(SystemExit) as err:
+        presets.main(["--merge", "a.json", "b.json", "--budgets", "1.2"])
+    assert str(err.value) == "--merge, --budgets: only for the text task; add --task text"
+    with pytest.raises(SystemExit) as err:
+        presets.main(["--quick", "--set", "high:diloco.inner_steps=50"])
+    assert str(err.value) == "--set: only for the text task; add --task text"

@@ -41,7 +41,7 @@ def test_overrides_apply_and_resolve_the_preset():
     base = {"model": "gpt-neo", "size": "tiny", "steps": 10, "out_dir": "x"}
     cfg = parse_config(base, ["gradient_compression=high", "diloco.inner_steps=7", "optim.lr=1e-4"])
     comp = resolve_compression(cfg)
-    assert (comp.algorithm, comp.inner_steps, comp.bits) == ("diloco", 7, 4)
+    assert (comp.algorithm, comp.inner_steps, comp.bits) == ("diloco", 7, 1)
     assert cfg.optim.lr == pytest.approx(1e-4)
 
 

@@ -82,13 +82,13 @@ def test_ctrl_r_deploys_the_planners_preset_and_lowered_h(geotrain_home):
 
 
 def test_ctrl_r_turns_overlap_on_and_a_size_change_drops_the_advice(geotrain_home):
-    # gpt-neo 125m over the same link needs the top preset's bytes hidden behind compute
+    # gpt-neo 125m over the same link needs high's 1-bit signs hidden behind compute
     async def check(app, pilot):
         form = app.screen
         await _use_plan(pilot, form)
-        assert "(preset high, H=77, overlap on)" in _text(form, "#config-state")
+        assert "(preset high, H=23, overlap on)" in _text(form, "#config-state")
         spec = _deploys(app)
-        assert spec.config["diloco"]["inner_steps"] == 77 and spec.config["diloco"]["overlap"] is True
+        assert spec.config["diloco"]["inner_steps"] == 23 and spec.config["diloco"]["overlap"] is True
 
         form.query_one("#size", Select).value = "tiny"  # advice for 125m says nothing about tiny
         await until(pilot, lambda: "no longer applied: the size changed" in _text(form, "#config-state"))
@@ -99,7 +99,7 @@ def test_ctrl_r_turns_overlap_on_and_a_size_change_drops_the_advice(geotrain_hom
         assert spec.config["diloco"]["inner_steps"] == shipped["inner_steps"]
         assert spec.config["diloco"]["overlap"] == shipped["overlap"]
         await until(pilot, lambda: "preset low at H=8" in _text(form, "#plan"), 30)  # the new advice
-    _run_form("eu", "Planner: preset high at H=77 (diloco.inner_steps: 77) with overlap", check, size="125m")
+    _run_form("eu", "Planner: preset high at H=23 (diloco.inner_steps: 23) with overlap", check, size="125m")
 
 
 def test_choosing_another_preset_after_ctrl_r_drops_the_advice(geotrain_home):
@@ -191,14 +191,14 @@ def test_advice_saved_through_the_editor_still_drops_on_a_size_change(geotrain_h
         await _edit(app, pilot)
         form = app.screen
         assert form.applied is not None and "with the planner's advice" in _text(form, "#config-state")
-        assert _deploys(app).config["diloco"]["inner_steps"] == 77
+        assert _deploys(app).config["diloco"]["inner_steps"] == 23
         form.query_one("#size", Select).value = "tiny"
         await until(pilot, lambda: "the size changed" in _text(form, "#config-state"))
         spec = _deploys(app)
         shipped = recipe_catalog.default_config("gpt-neo", "tiny")["diloco"]
         assert spec.config["diloco"]["inner_steps"] == shipped["inner_steps"]
         assert spec.config["diloco"]["overlap"] == shipped["overlap"]
-    _run_form("eu", "Planner: preset high at H=77", check, size="125m")
+    _run_form("eu", "Planner: preset high at H=23", check, size="125m")
 
 
 def test_h_set_in_the_editor_replaces_the_advice(geotrain_home):
