@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     if text_only:  # the Markov bench would ignore them and run for minutes
         raise SystemExit(f"{', '.join(text_only)}: only for the text task; add --task text")
     methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:  # before minutes of DDP, not after
+        raise SystemExit(f"--methods {', '.join(unknown)}: not a Markov bench method; choose from {', '.join(METHODS)}")
     if "ddp" not in methods:
         methods = ["ddp", *methods]
     steps = args.steps or (1500 if args.quick else 3000)

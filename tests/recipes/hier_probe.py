@@ -89,7 +89,7 @@ def install() -> None:
                      "exchange_thread": self.algo.exchange.ran_on}))
 
         self.algo.finish = checked_finish
-        mine = [exchange_rounds(rt.rank, rt.world_size, bits) for bits in (8, 4, 16)]
+        mine = [exchange_rounds(rt.rank, rt.world_size, bits) for bits in (8, 4, 1, 16)]
         every: list = [None] * rt.world_size
         dist.all_gather_object(every, mine)
         if rt.rank == 0:

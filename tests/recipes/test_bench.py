@@ -105,3 +105,6 @@ def test_text_only_options_on_the_markov_task_are_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as err:
         presets.main(["--quick", "--set", "high:diloco.inner_steps=50"])
     assert str(err.value) == "--set: only for the text task; add --task text"
+    with pytest.raises(SystemExit) as err:
+        presets.main(["--quick", "--methods", "ddp", "low8"])
+    assert str(err.value).startswith("--methods low8: not a Markov bench method; choose from ddp, low, ")

@@ -18,7 +18,8 @@ from tests.recipes.conftest import REPO, TINY_GPT, free_port, recipe_env
 # Elementwise bound on one round's error, as a fraction of the largest |input|: each of the two
 # quantisations (stage 1 per sender, stage 2 at the reducer) is off by at most half a code step
 # of the block's scale: 2^-4 relative for e4m3, 1/6 of the absmax for e2m1 (gap 2 at the top, /6).
-BOUND = {8: 2 * 2 ** -4 * 1.07, 4: 2 * (1 / 6) * 1.2, 16: 2 * 2 ** -8 * 1.01}
+# 1-bit: sign x block mean |x| is off by at most the block's largest value, once per quantisation
+BOUND = {8: 2 * 2 ** -4 * 1.07, 4: 2 * (1 / 6) * 1.2, 1: 2 * 1.01, 16: 2 * 2 ** -8 * 1.01}
 STEPS, INNER = 9, 3
 
 
@@ -42,9 +43,9 @@ def probe_run(tmp_path_factory):
 
 
 def test_quantised_reduce_scatter_all_gather_against_fp32_all_reduce(probe_run):
-    """fp8, fp4 and bf16, K=4 real gloo ranks, hier_probe.ROUNDS rounds each."""
+    """fp8, fp4, 1-bit signs and bf16, K=4 real gloo ranks, hier_probe.ROUNDS rounds each."""
     results = json.loads((probe_run[0] / "exchange.json").read_text())
-    assert sorted({r["bits"] for r in results}) == [4, 8, 16] and len(results) == 12
+    assert sorted({r["bits"] for r in results}) == [1, 4, 8, 16] and len(results) == 16
     for r in results:
         bits = r["bits"]
         assert r["identical"], r  # every rank decoded the same average

@@ -24,10 +24,10 @@ PARAMS = 132_480  # tiny gpt-neo
     ("none", []),
     ("low", ["diloco.inner_steps=20"]),
     ("high", ["diloco.inner_steps=20"]),
-    ("high", ["diloco.inner_steps=20", "diloco.bits=4"]),
-    ("ultra", ["diloco.inner_steps=20"]),
+    ("high", ["diloco.inner_steps=20", "diloco.bits=4"]),  # fp4 (ultra at H=20 is high at H=20)
     ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true"]),
+    ("high", ["diloco.inner_steps=20", "diloco.overlap=true", "diloco.bits=4"]),
 ])
 def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt):
     out = tmp_path / "run"
