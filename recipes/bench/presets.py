@@ -182,11 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.task == "text":
         return text_main(args)
-    text_only = [flag for flag, given in (
-        ("--seeds", args.seeds != 1), ("--first-seed", args.first_seed != 0), ("--merge", args.merge),
-        ("--shards", args.shards != "passages"), ("--eval-every", args.eval_every != 50), ("--set", args.sets),
-        ("--ddp-from", args.ddp_from), ("--budgets", args.budgets), ("--device", args.device != "cpu"),
-        ("--parallel", args.parallel != 1)) if given]
+    text_only = [flag for flag, dest in TEXT_ONLY.items() if getattr(args, dest) != parser.get_default(dest)]
     if text_only:  # the Markov bench would ignore them and run for minutes
         raise SystemExit(f"{', '.join(text_only)}: only for the text task; add --task text")
     methods = args.methods or (QUICK_METHODS if args.quick else list(METHODS))
@@ -217,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 TEXT_QUICK_STEPS, TEXT_STEPS = 400, 1500
+# options the Markov bench would ignore (flag -> argparse dest), refused without --task text
+TEXT_ONLY = {"--seeds": "seeds", "--first-seed": "first_seed", "--merge": "merge", "--shards": "shards",
+             "--eval-every": "eval_every", "--set": "sets", "--ddp-from": "ddp_from", "--budgets": "budgets",
+             "--device": "device", "--parallel": "parallel"}
 
 
 def torch_version() -> str:
