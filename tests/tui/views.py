@@ -228,6 +228,9 @@ async def wizard_progress(pilot) -> None:
     table = pilot.app.screen.query_one("#deploy-table", ProgressTable)
     await until(pilot, lambda: table.states.get(("ams-2", "k3s")) == "running"
                 and table.states.get(("par-3", "netmatrix")) == "done")
+    # DataTable sizes the auto-width "latest" column on its next idle, not when a cell changes:
+    # wait for the widths to stop changing, or the picture depends on how events were batched
+    await settled(pilot, lambda: [column.get_render_width(table) for column in table.columns.values()])
 
 
 async def wizard_done(pilot) -> None:
