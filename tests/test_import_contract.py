@@ -168,3 +168,16 @@ def test_only_the_ssh_modules_import_paramiko():
     """ssh.py and the two pieces split out of it (SFTP uploads, ~/.ssh/config)."""
     importers = {m for m in modules() if any(i.split(".")[0] == "paramiko" for i in imports_of(m))}
     assert importers == {"core.nodes.ssh", "core.nodes.ssh_sftp", "core.nodes.ssh_config"}
+
+
+def test_the_app_and_the_cli_start_without_paramiko():
+    """paramiko (~0.15 s of start-up) loads with the first SSH connection, not with `geotrain --help`
+    or the app's first screen: start-up imports name only core/nodes/ssh_errors.py."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from core.cli import build_parser; build_parser(); import tui.app; "
+             "from core.nodes.pool import NodePool; print(sorted(m for m in sys.modules "
+             "if m.split('.')[0] == 'paramiko' or m == 'core.nodes.ssh'))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

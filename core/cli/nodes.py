@@ -13,7 +13,7 @@ from core.domain.records import Node
 from core.nodes.facts import listening
 from core.nodes.import_file import read_import_file
 from core.nodes.pool import ImportRequest, NodePool, Prompts
-from core.nodes.ssh import parse_endpoint
+from core.schema.endpoints import parse_endpoint
 from core.nodes.ssh_config import ssh_config_host
 
 

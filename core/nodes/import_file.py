@@ -22,7 +22,7 @@ from core.errors import InvalidInput
 from core.schema.field_errors import ranked
 from core.schema.user_files import read_user_file
 from core.nodes.pool import ImportRequest
-from core.nodes.ssh import parse_endpoint
+from core.schema.endpoints import parse_endpoint
 
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.nodes import facts as node_facts
 from core.schema.endpoints import check_host, check_port, check_user, parse_endpoint
@@ -20,8 +21,11 @@ from core.domain.records import NAME_RE, Node
 from core.nodes.status import NodeStatus, status_for
 from core.state.node_records import add_nodes, get_node, list_nodes, remove_node, update_node
 from core.nodes.parallel import Timeout, run_each
-from core.nodes.ssh import AskPassphrase, ConfirmHostKey, Connection, KeyRing, SSHError
+from core.nodes.ssh_errors import AskPassphrase, ConfirmHostKey, SSHError
 from core.state.store import Store
+
+if TYPE_CHECKING:
+    from core.nodes.ssh import Connection, KeyRing
 
 PUBLIC_IP_URLS_ENV = "GEOTRAIN_PUBLIC_IP_URLS"  # comma-separated; empty string disables
 
@@ -70,7 +74,17 @@ class NodePool:
         self.known_hosts = known_hosts or KnownHosts()
         self.connect_timeout, self.node_timeout = connect_timeout, node_timeout
         self._prompt_lock = threading.Lock()  # one question on screen at a time
-        self.keys = KeyRing(self._ask_passphrase)
+        self._keys: KeyRing | None = None
+
+    @property
+    def keys(self) -> KeyRing:
+        """The pool's private keys, loaded once each; paramiko loads with the first use, not
+        with the app or the CLI."""
+        if self._keys is None:
+            from core.nodes.ssh import KeyRing
+
+            self._keys = KeyRing(self._ask_passphrase)
+        return self._keys
 
     # prompts from worker threads are serialised --------------------------------
     def _confirm(self, label: str, key_type: str, fp: str) -> bool:
@@ -99,6 +113,8 @@ class NodePool:
 
     # gathering facts -------------------------------------------------------------------
     def _connection(self, node: Node | ImportRequest, trusted: set[str], ask: bool) -> Connection:
+        from core.nodes.ssh import Connection
+
         return Connection(node.host, node.port, node.username, key_path=node.key_path,
                           jump=node.jump, keys=self.keys, known_hosts=self.known_hosts,
                           trusted=trusted, confirm=self._confirm if ask else None,

@@ -1,6 +1,7 @@
 """SSH to the servers: one lazy `Connection` with pinned host keys, run/put and retries.
 
-The only module that imports paramiko. Host keys are checked against geotrain's own
+The module that imports paramiko (with its parts ssh_sftp.py and ssh_config.py); what
+callers name without a connection (errors, callback types) is in ssh_errors.py. Host keys are checked against geotrain's own
 known_hosts (core.nodes.known_hosts): an unknown key is shown and must be confirmed (a
 callback, or a fingerprint given in advance); a changed key is refused.
 """
@@ -17,39 +18,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import paramiko
 
-from core.errors import GeotrainError, InvalidInput
+from core.errors import InvalidInput
 from core.schema.endpoints import parse_endpoint  # noqa: F401 - re-exported: callers import it here
 from core.nodes.known_hosts import KnownHosts, fingerprint, host_label, route_label
 from core.nodes.ssh_sftp import PRIVATE_MODE, create_private, install_command, remove_quietly
-
-# (host label, key type, fingerprint) -> trust it?
-ConfirmHostKey = Callable[[str, str, str], bool]
-# key path -> passphrase, or None when none can be given
-AskPassphrase = Callable[[str], "str | None"]
-
-
-class SSHError(GeotrainError):
-    """Any failure talking to a server; the message names the server."""
-
-
-class Unreachable(SSHError):
-    pass
-
-
-class AuthFailed(SSHError):
-    pass
-
-
-class HostKeyError(SSHError):
-    pass
-
-
-class CommandTimeout(SSHError):
-    pass
+from core.nodes.ssh_errors import (  # noqa: F401 - re-exported: callers import them here
+    AskPassphrase, AuthFailed, CommandTimeout, ConfirmHostKey, HostKeyError, SSHError, Unreachable)
 
 
 @dataclass

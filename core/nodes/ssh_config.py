@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import paramiko
-
 from core.schema.endpoints import check_host, check_port
 from core.errors import InvalidInput
 
 
 def ssh_config_host(alias: str, config_path: str | None = None) -> dict:
     """What `~/.ssh/config` says about Host `alias`: hostname, port, user, key, jump."""
+    import paramiko  # here, not at the top: the CLI imports this module at start
+
     path = Path(config_path or "~/.ssh/config").expanduser()
     if not path.is_file():
         raise InvalidInput(f"SSH config {path} does not exist", "give --ssh-config PATH")

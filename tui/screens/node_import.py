@@ -15,7 +15,7 @@ from textual.widgets import Button, Footer, Header, Input, Static
 from core.errors import GeotrainError
 from core.nodes.import_file import read_import_file
 from core.nodes.pool import ImportRequest
-from core.nodes.ssh import parse_endpoint
+from core.schema.endpoints import parse_endpoint
 from tui.widgets.form_field import FormField
 from tui.messages import FormProblem, NodesImported
 from tui.screens.base import GeotrainScreen
