@@ -21,6 +21,7 @@ from core.errors import InvalidInput
 from core.domain import describe, recipe_catalog, run_events
 from core.domain.records import TEMPLATES, WorkspaceSpec
 from core.schema.training_config import config_json_schema
+from core.schema.user_files import read_user_file
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
 
 
@@ -107,7 +108,7 @@ def _edit(text: str) -> str:
         name.write_text(f"# yaml-language-server: $schema={schema.as_uri()}\n{text}")
         if subprocess.call(shlex.split(editor) + [str(name)]) != 0:
             raise InvalidInput(f"the editor {editor!r} exited with an error", "nothing was deployed")
-        return name.read_text()
+        return read_user_file(name, "the edited spec", "nothing was deployed; edit it again")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

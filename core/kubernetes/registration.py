@@ -82,7 +82,8 @@ def register_kubernetes_cluster(store: Store, name: str, kubeconfig: str,
                            "use 1-32 lower-case letters, digits and dashes, e.g. gpu-east")
     path = Path(kubeconfig).expanduser().resolve()
     if not path.is_file():
-        raise InvalidInput(f"--kubeconfig {kubeconfig}: no such file",
+        problem = "not a regular file" if path.exists() else "no such file"
+        raise InvalidInput(f"--kubeconfig {kubeconfig}: {problem}",
                            "pass the kubeconfig file that kubectl uses for this cluster")
     context_name, context_namespace = _context(path, context)
     queue = queue or DEFAULT_QUEUE

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from core.schema.endpoints import check_host, check_port
+from core.schema.user_files import read_user_file
 from core.errors import InvalidInput
 
 
@@ -16,13 +17,13 @@ def ssh_config_host(alias: str, config_path: str | None = None) -> dict:
     path = Path(config_path or "~/.ssh/config").expanduser()
     if not path.is_file():
         raise InvalidInput(f"SSH config {path} does not exist", "give --ssh-config PATH")
+    text = read_user_file(path, "SSH config", "give --ssh-config PATH")
     try:
-        text = path.read_text(encoding="utf-8")
         if re.search(r"(?im)^\s*match\b.*\bexec\b", text):  # paramiko runs it when invoke is installed
             raise InvalidInput(f"SSH config {path} has a `Match exec` line; geotrain runs no commands from it",
                                "give --ssh-config a file without `Match exec`")
         config = paramiko.SSHConfig.from_text(text)
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, paramiko.ConfigParseError) as exc:
+    except (ValueError, TypeError, paramiko.ConfigParseError) as exc:
         raise InvalidInput(f"cannot read SSH config {path}: {str(exc).splitlines()[0][:200]}",
                            "give --ssh-config PATH") from None
     if alias not in config.get_hostnames():

@@ -80,6 +80,7 @@ CASES: dict[str, tuple[list[str], str | bytes | None]] = {
     "config over 4 MiB": (_deploy("--config", "{f}"), HUGE),
     "config not UTF-8": (_deploy("--config", "{f}"), NOT_UTF8),
     "config is a list": (_deploy("--config", "{f}"), "- a\n- b\n"),
+    "config is /dev/zero": (_deploy("--config", "/dev/zero"), None),  # endless: the read is bounded
     "spec with 100000 workers": (_deploy("--config", "{f}"), SPEC.format(workers=100000)),
     "spec with workers as text": (_deploy("--config", "{f}"), SPEC.format(workers="'$(touch {canary})'")),
     "spec with a bomb inside": (_deploy("--config", "{f}"), SPEC.format(workers=2) + "image: " + "[" * 3000),
@@ -100,6 +101,8 @@ CASES: dict[str, tuple[list[str], str | bytes | None]] = {
                               'Match exec "touch {canary}"\n  User x\nHost a\n  User u\n'),
     "ssh_config not UTF-8": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
                              b"Host a\n  User \xff\n"),
+    "ssh_config over 16 MiB": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
+                               "Host a\n  User u\n" + "#" * (16 * 1024 * 1024) + "\n"),
     # network matrices
     "matrix yaml alias bomb": (_plan("--matrix", "{f}.yaml"), BOMB),
     "matrix json deep": (_plan("--matrix", "{f}.json"), DEEP_FLOW),
@@ -112,6 +115,7 @@ CASES: dict[str, tuple[list[str], str | bytes | None]] = {
     "kubeconfig python tag": (["clusters", "add-kubernetes", "k1", "--kubeconfig", "{f}"], PY_TAG),
     "kubeconfig not UTF-8": (["clusters", "add-kubernetes", "k1", "--kubeconfig", "{f}"], NOT_UTF8),
     "kubeconfig is a directory": (["clusters", "add-kubernetes", "k1", "--kubeconfig", "{dir}"], None),
+    "kubeconfig is /dev/zero": (["clusters", "add-kubernetes", "k1", "--kubeconfig", "/dev/zero"], None),
 }
 
 
