@@ -24,7 +24,8 @@ PARAMS = 132_480  # tiny gpt-neo
     ("none", []),
     ("low", ["diloco.inner_steps=20"]),
     ("high", ["diloco.inner_steps=20"]),
-    ("high", ["diloco.inner_steps=20", "diloco.bits=4"]),  # fp4 (ultra at H=20 is high at H=20)
+    ("ultra", ["diloco.inner_steps=20"]),  # 1-bit with ultra's scale per 128 values
+    ("high", ["diloco.inner_steps=20", "diloco.bits=4"]),  # fp4 with high's scale per 1024 values
     ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true", "diloco.bits=4"]),
@@ -42,10 +43,12 @@ def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt)
         assert sent == 120 * 4 * PARAMS
     elif preset == "low":  # bf16 all-reduce every 20 steps
         assert sent == 6 * 2 * PARAMS
-    elif "diloco.bits=4" in extra:  # packed fp4 + one fp32 scale per 128 values, all-gathered: (N-1) * payload
-        assert sent == 6 * (math.ceil(PARAMS / 2) + 4 * math.ceil(PARAMS / 128))
-    elif "algorithm=demo" not in extra:  # high, ultra: sign bits + one fp32 scale per 128 values
+    elif "diloco.bits=4" in extra:  # packed fp4 + one fp32 scale per 1024 values (high's block), all-gathered:
+        assert sent == 6 * (math.ceil(PARAMS / 2) + 4 * math.ceil(PARAMS / 1024))  # (N-1) * payload
+    elif preset == "ultra" and "algorithm=demo" not in extra:  # sign bits + one fp32 scale per 128 values
         assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 128))
+    elif "algorithm=demo" not in extra:  # high: sign bits + one fp32 scale per 1024 values
+        assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 1024))
     else:  # DeMo top-4 of 64 DCT coefficients: 6-bit indices + fp8 values + scales
         sent_values = math.ceil(PARAMS / 64) * 4
         assert sent == 6 * (math.ceil(sent_values * 6 / 8) + sent_values + 4 * math.ceil(sent_values / 128))

@@ -65,7 +65,7 @@ def test_quick_bench_report_shape_and_sanity(quick_report, capsys):
     assert methods["high"]["time_to_ddp_loss_s"] is not None
     for name, m in methods.items():  # the table says which times came from a longer run
         assert (f"* {name}: ended the" in stdout) == (m["reach_run_steps"] is not None), name
-    # what crossed the uplinks: DDP > bf16 every 16 steps > 1-bit signs every 32 steps
+    # what crossed the uplinks: DDP > bf16 every 8 steps > 1-bit signs every 32 steps
     assert methods["ddp"]["wan_bytes"] > methods["low"]["wan_bytes"] > methods["high"]["wan_bytes"]
     assert methods["ddp"]["payload_bytes"] > methods["low"]["payload_bytes"] > methods["high"]["payload_bytes"]
     # interface counters include TCP/IP headers on top of what the collectives counted
