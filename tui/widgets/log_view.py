@@ -28,6 +28,7 @@ from tui.palettes import worker_colours
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _WRAP_FACTOR = 4  # rows kept per line when wrapping, to bound memory
+_SETTLE_TRIES = 50  # refreshes to wait for the layout that lets a scroll to the end take
 _EVENT_STYLE = Style(italic=True)
 
 
@@ -131,16 +132,21 @@ class LogView(ScrollView, can_focus=True):
             self._moving = False
         if not self._end_pending:  # again once the new size is laid out
             self._end_pending = True
-            self.call_after_refresh(self._settle_end)
+            self.call_after_refresh(self._settle_end, _SETTLE_TRIES)
 
-    def _settle_end(self) -> None:
-        self._end_pending = False
+    def _settle_end(self, tries: int) -> None:
+        """Scroll to the end again after a refresh. A scroll is ignored until layout has given the
+        view its vertical scrollbar, and on a loaded machine that can take more than one refresh."""
         if self.following and self.scroll_y < self.max_scroll_y:
             self._moving = True
             try:
                 self.scroll_end(animate=False, immediate=True, x_axis=False)
             finally:
                 self._moving = False
+            if self.scroll_y < self.max_scroll_y and tries > 1:
+                self.call_after_refresh(self._settle_end, tries - 1)
+                return
+        self._end_pending = False
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
