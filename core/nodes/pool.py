@@ -75,16 +75,18 @@ class NodePool:
         self.connect_timeout, self.node_timeout = connect_timeout, node_timeout
         self._prompt_lock = threading.Lock()  # one question on screen at a time
         self._keys: KeyRing | None = None
+        self._keys_lock = threading.Lock()  # refreshes connect from several threads at once
 
     @property
     def keys(self) -> KeyRing:
         """The pool's private keys, loaded once each; paramiko loads with the first use, not
         with the app or the CLI."""
-        if self._keys is None:
-            from core.nodes.ssh import KeyRing
+        with self._keys_lock:
+            if self._keys is None:
+                from core.nodes.ssh import KeyRing
 
-            self._keys = KeyRing(self._ask_passphrase)
-        return self._keys
+                self._keys = KeyRing(self._ask_passphrase)
+            return self._keys
 
     # prompts from worker threads are serialised --------------------------------
     def _confirm(self, label: str, key_type: str, fp: str) -> bool:
