@@ -43,8 +43,10 @@ class BlockCodec:
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         blocks = _pad_to_blocks(x.detach().float().flatten(), self.block)
         tiny = torch.finfo(torch.float32).tiny
-        if self.bits == 1:
-            scales = blocks.abs().mean(dim=1, keepdim=True).clamp_min(tiny)
+        if self.bits == 1:  # mean |x| over the values a block holds: the last block's padding is not counted
+            held = x.numel() - torch.arange(blocks.shape[0], device=blocks.device) * self.block
+            counts = held.clamp(max=self.block).clamp_min(1).unsqueeze(1).float()
+            scales = (blocks.abs().sum(dim=1, keepdim=True) / counts).clamp_min(tiny)
             codes = _pack_signs(blocks.flatten())[:self._code_bytes(x.numel())]
             return torch.cat([codes, scales.flatten().view(torch.uint8)])
         absmax = blocks.abs().amax(dim=1, keepdim=True)
@@ -136,3 +138,49 @@ class ErrorFeedback:
 
     def load_state_dict(self, state: dict) -> None:
         self.residual = state["residual"]
+
+
+def hadamard(x: torch.Tensor, rows_at_once: int = 4096) -> torch.Tensor:
+    """Orthonormal Walsh-Hadamard transform of each row (width a power of two); its own inverse.
+    Rows go `rows_at_once` at a time, so the butterflies' temporaries stay small for big models."""
+    rows, n = x.shape
+    out = torch.empty_like(x)
+    for first in range(0, rows, rows_at_once):
+        y = x[first:first + rows_at_once]
+        r, h = y.shape[0], 1
+        while h < n:
+            y = y.reshape(r, n // (2 * h), 2, h)
+            a, b = y[:, :, 0, :], y[:, :, 1, :]
+            y = torch.stack([a + b, a - b], dim=2)
+            h *= 2
+        out[first:first + r] = y.reshape(r, n) / math.sqrt(n)
+    return out
+
+
+class RotatedCodec:
+    """A block codec applied after a fixed random rotation of each whole block (random signs, then
+    Walsh-Hadamard): outliers spread over the block, so one scale per block fits every value.
+    The rotation is the same on every rank (`seed`). A last partial block goes unrotated, so the
+    payload is exactly the inner codec's."""
+
+    def __init__(self, codec: BlockCodec, seed: int = 0) -> None:
+        if codec.block & (codec.block - 1):
+            raise ValueError(f"a rotated codec needs a block that is a power of two, not {codec.block}")
+        self.codec, self.block, self.bits = codec, codec.block, codec.bits
+        g = torch.Generator().manual_seed(seed)
+        self.signs = torch.randint(0, 2, (codec.block,), generator=g).float() * 2 - 1
+
+    def payload_bytes(self, numel: int) -> int:
+        return self.codec.payload_bytes(numel)
+
+    def _turn(self, x: torch.Tensor, forward: bool) -> torch.Tensor:
+        whole = x.numel() // self.block * self.block
+        blocks, signs = x[:whole].view(-1, self.block), self.signs.to(x.device)
+        turned = hadamard(blocks * signs) if forward else hadamard(blocks) * signs
+        return torch.cat([turned.flatten(), x[whole:]])
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.codec.encode(self._turn(x.detach().float().flatten(), forward=True))
+
+    def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
+        return self._turn(self.codec.decode(payload, numel), forward=False)

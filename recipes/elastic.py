@@ -313,6 +313,8 @@ class Membership:
         self._broadcast(key, members, source)
         algo = self.trainer.algo
         algo.anchor = algo.global_flat.clone()
+        if hasattr(algo.exchange, "syncs"):  # a subset exchange draws by sync number: the source's outer step
+            algo.exchange.syncs = algo.outer_step
         algo._write_params(algo.global_flat)
         set_step(self.trainer, self.trainer.step)
 

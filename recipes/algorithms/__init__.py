@@ -19,6 +19,9 @@ from recipes.distributed import Wire
 def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire, lan: Wire | None = None):
     """The algorithm a resolved preset asks for, wired to `wire` for byte counting; with `lan`
     (a datacenter's group), hierarchical DiLoCo with `wire` the WAN group (recipes.algorithms.hierarchical)."""
+    if comp.density < 1.0 and (comp.algorithm != "diloco" or comp.bits in (32, 16)):
+        raise ValueError(f"diloco.density {comp.density:g} needs a DiLoCo exchange of 8, 4 or 1 bits (the preset "
+                         f"sends {comp.bits}-bit {comp.algorithm}); set diloco.bits or diloco.density=1")
     if comp.algorithm == "ddp":
         return DDP(model, wire)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -27,12 +30,13 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     if comp.algorithm == "diloco" and comp.fragments > 1:
         return _streaming(model, comp, cfg, wire)
     if comp.algorithm == "demo":
-        exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=4 if comp.bits == 4 else 8,
-                                value_block=comp.block or 128)
+        exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=comp.bits if comp.bits in (4, 1) else 8,
+                                value_block=comp.block or 128, transform=cfg.demo.transform)
     elif comp.bits in (32, 16):  # summable on the wire
         exchange = FullPrecisionExchange(numel, comp.bits, wire)
     else:
-        exchange = QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback)
+        exchange = QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback,
+                                     density=comp.density, seed=cfg.seed, rotate=comp.rotate)
     algo = DiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
                   outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap,
                   flush_bits=cfg.diloco.flush_bits)
@@ -52,7 +56,8 @@ def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire
     def make_exchange(numel: int):
         if comp.bits in (32, 16):
             return FullPrecisionExchange(numel, comp.bits, wire)
-        return QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback)
+        return QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback,
+                                 density=comp.density, seed=cfg.seed, rotate=comp.rotate)
 
     return StreamingDiLoCo(model, make_exchange, fragments=comp.fragments, inner_steps=comp.inner_steps,
                            outer_lr=comp.outer_lr, outer_momentum=comp.outer_momentum,
@@ -65,10 +70,13 @@ def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wi
     if comp.fragments > 1:
         raise TopologyError("diloco.fragments is not available across datacenters yet: set diloco.fragments=1, "
                             "or datacenters: 1")
+    if comp.density < 1.0:
+        raise TopologyError("diloco.density is not available across datacenters yet: set diloco.density=1, "
+                            "or datacenters: 1")
     twin = lan.twins[0] if cfg.diloco.overlap and lan.twins else None  # made by groups(overlap=True)
     if cfg.diloco.overlap and twin is None:
         raise TopologyError("diloco.overlap across datacenters needs the LAN groups made with overlap=True")
     exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback,
-                                    lan_exchange=twin)
+                                    lan_exchange=twin, rotate=comp.rotate)
     return HierarchicalDiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
                               outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap)

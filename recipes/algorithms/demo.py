@@ -45,10 +45,12 @@ def unpack_bits(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
 class DctTopKCodec:
     """Sparse DCT payloads: packed indices then fp8 values with block scales."""
 
-    def __init__(self, numel: int, chunk: int, topk: int, value_bits: int = 8, value_block: int = 128) -> None:
+    def __init__(self, numel: int, chunk: int, topk: int, value_bits: int = 8, value_block: int = 128,
+                 transform: str = "dct") -> None:
         if not 0 < topk <= chunk:
             raise ValueError(f"topk must be in 1..{chunk}, not {topk}")
         self.numel, self.chunk, self.topk = numel, chunk, topk
+        self.transform = transform
         self.chunks = math.ceil(numel / chunk)
         self.index_bits = max(1, math.ceil(math.log2(chunk)))
         self.values = BlockCodec(value_bits, value_block)
@@ -63,9 +65,13 @@ class DctTopKCodec:
 
     def to_coefficients(self, x: torch.Tensor) -> torch.Tensor:
         flat = torch.cat([x.flatten(), x.new_zeros(self.chunks * self.chunk - x.numel())])
+        if self.transform == "none":
+            return flat.view(self.chunks, self.chunk)
         return flat.view(self.chunks, self.chunk) @ self.dct.to(x.device).T
 
     def from_coefficients(self, coeffs: torch.Tensor) -> torch.Tensor:
+        if self.transform == "none":
+            return coeffs.flatten()[:self.numel]
         return (coeffs @ self.dct.to(coeffs.device)).flatten()[:self.numel]
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,8 +95,8 @@ class DemoExchange(GatheredExchange):
     """DeMo's decoupled momentum as the error-feedback buffer of a DCT top-k exchange."""
 
     def __init__(self, numel: int, chunk: int, topk: int, decay: float, wire: Wire, value_bits: int = 8,
-                 value_block: int = 128) -> None:
-        self.codec = DctTopKCodec(numel, chunk, topk, value_bits, value_block)
+                 value_block: int = 128, transform: str = "dct") -> None:
+        self.codec = DctTopKCodec(numel, chunk, topk, value_bits, value_block, transform)
         self.momentum = torch.zeros(numel)
         self.decay = decay
         self.wire = wire

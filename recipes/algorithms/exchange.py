@@ -7,12 +7,13 @@ with the next inner steps; `Pending.sent` is kept so a resumed run can reissue i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from recipes.compression import BlockCodec, ErrorFeedback
+from recipes.compression import BlockCodec, ErrorFeedback, RotatedCodec
 from recipes.distributed import Wire
 
 
@@ -23,6 +24,7 @@ class Pending:
     sent: torch.Tensor
     work: Any = None
     gathered: list | None = None
+    sync: int = 0  # which sync of the exchange this is (a subset exchange decodes by it)
 
 
 def gather(wire, payload: torch.Tensor, async_op: bool = False) -> Pending:
@@ -85,20 +87,92 @@ class FullPrecisionExchange:
 class QuantizedExchange(GatheredExchange):
     """fp8/fp4 block codec with error feedback; payloads are all-gathered and averaged after decoding."""
 
-    def __init__(self, numel: int, bits: int, block: int, wire: Wire, error_feedback: bool = True) -> None:
-        self.codec = BlockCodec(bits, block)
+    def __init__(self, numel: int, bits: int, block: int, wire: Wire, error_feedback: bool = True,
+                 density: float = 1.0, seed: int = 0, rotate: bool = False) -> None:
+        self.codec = RotatedCodec(BlockCodec(bits, block), seed) if rotate else BlockCodec(bits, block)
         self.feedback = ErrorFeedback(numel, enabled=error_feedback)
         self.numel = numel
         self.wire = wire
+        self.density, self.seed = density, seed
+        self.syncs = 0  # every rank draws the same subset for the same sync
+        self._drawn: dict[int, torch.Tensor] = {}
+
+    def subset(self, sync: int) -> torch.Tensor | None:
+        """The blocks sync number `sync` sends (sorted), the same on every rank; None: all of them.
+        Whole blocks are drawn (each keeps its one scale, and a billion-value model permutes a million
+        block numbers, not a billion values), `density` of them. DiLoCo starts one exchange per outer
+        step, so `sync` is the outer step every rank agrees on (elastic joiners take it from the source)."""
+        if self.density >= 1.0:
+            return None
+        if sync not in self._drawn:
+            blocks = math.ceil(self.numel / self.codec.block)
+            count = max(1, math.ceil(blocks * self.density))
+            g = torch.Generator().manual_seed((self.seed * 1_000_003 + sync) % 2 ** 63)
+            self._drawn = {sync: torch.randperm(blocks, generator=g)[:count].sort().values, **{
+                k: v for k, v in self._drawn.items() if k >= sync - 1}}  # keep the one in flight
+        return self._drawn[sync]
+
+    def positions(self, sync: int) -> torch.Tensor | None:
+        """The values sync number `sync` sends (for tests and tools; the exchange works on blocks)."""
+        chosen = self.subset(sync)
+        if chosen is None:
+            return None
+        block = self.codec.block
+        at = (chosen.unsqueeze(1) * block + torch.arange(block)).flatten()
+        return at[at < self.numel]
+
+    def _sent_values(self, chosen: torch.Tensor) -> int:
+        block, tail = self.codec.block, self.numel % self.codec.block
+        last = math.ceil(self.numel / block) - 1
+        return chosen.numel() * block - (block - tail if tail and int(chosen[-1]) == last else 0)
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        block = self.codec.block
+        return torch.nn.functional.pad(x, (0, (-x.numel()) % block)).view(-1, block)
 
     def start(self, delta: torch.Tensor, async_op: bool = False) -> Pending:
         if self.feedback.residual is not None:
             self.feedback.residual = self.feedback.residual.to(delta.device)
-        payload, _ = self.feedback.compress(delta, self.codec)
+        chosen = self.subset(self.syncs)
+        self.syncs += 1
+        if chosen is None:
+            payload, _ = self.feedback.compress(delta, self.codec)
+            return self.reissue(payload, async_op)
+        if not self.feedback.enabled:
+            raise ValueError("diloco.density below 1 needs diloco.error_feedback: true (what a sync does not "
+                             "send waits there); set one of them")
+        target = delta + self.feedback.residual
+        rows = self._rows(target)
+        chosen_here = chosen.to(delta.device)
+        n = self._sent_values(chosen)
+        payload = self.codec.encode(rows[chosen_here].flatten()[:n])
+        decoded = torch.zeros_like(rows[chosen_here]).flatten()
+        decoded[:n] = self.codec.decode(payload, n)
+        rows[chosen_here] -= decoded.view(-1, self.codec.block)  # the residual: what was not sent
+        self.feedback.residual = rows.flatten()[:self.numel]
         return self.reissue(payload, async_op)
+
+    def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
+        pending = gather(self.wire, payload, async_op)
+        pending.sync = self.syncs - 1  # the latest started (a resumed run restores `syncs` first)
+        return pending
 
     def decode(self, payload: torch.Tensor) -> torch.Tensor:
         return self.codec.decode(payload, self.numel)
+
+    def finish(self, pending: Pending) -> torch.Tensor:
+        chosen = self.subset(pending.sync)
+        if chosen is None:
+            return super().finish(pending)
+        if pending.work is not None:
+            pending.work.wait()
+        device = pending.gathered[0].device
+        n = self._sent_values(chosen)
+        rows = torch.zeros(math.ceil(self.numel / self.codec.block), self.codec.block, device=device)
+        sent = torch.zeros(chosen.numel() * self.codec.block, device=device)
+        sent[:n] = torch.stack([self.codec.decode(p, n) for p in pending.gathered]).mean(dim=0)
+        rows[chosen.to(device)] = sent.view(-1, self.codec.block)
+        return rows.flatten()[:self.numel]
 
     def flush(self, bits: int) -> torch.Tensor | None:
         """Average what error feedback still holds, sent once at `bits` (the end-of-training step)."""
@@ -110,7 +184,8 @@ class QuantizedExchange(GatheredExchange):
         return torch.stack([codec.decode(p, self.numel) for p in self.wire.all_gather(payload)]).mean(dim=0)
 
     def state_dict(self) -> dict:
-        return self.feedback.state_dict()
+        return {**self.feedback.state_dict(), "syncs": self.syncs}
 
     def load_state_dict(self, state: dict) -> None:
         self.feedback.load_state_dict(state)
+        self.syncs = state.get("syncs", 0)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from recipes.algorithms.ddp import DDP
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import Pending
-from recipes.compression import BlockCodec, ErrorFeedback
+from recipes.compression import BlockCodec, ErrorFeedback, RotatedCodec
 from recipes.distributed import Wire
 from recipes.topology import Topology, layout
 
@@ -131,10 +131,12 @@ class QuantizedAllReduce:
     sent + residual_after == input + residual_before (to fp32 rounding), at each stage.
     """
 
-    def __init__(self, numel: int, bits: int, block: int, wire: GroupWire, error_feedback: bool = True) -> None:
+    def __init__(self, numel: int, bits: int, block: int, wire: GroupWire, error_feedback: bool = True,
+                 rotate: bool = False) -> None:
         self.numel, self.wire = numel, wire
         self.quantised = bits not in (32, 16)
-        self.codec = BlockCodec(bits, block) if self.quantised else RawCodec(bits)
+        self.codec = RawCodec(bits) if not self.quantised else (
+            RotatedCodec(BlockCodec(bits, block)) if rotate else BlockCodec(bits, block))
         self.pieces = cut(numel, wire.world_size, block if self.quantised else 1)
         mine = self.pieces[wire.me]
         feedback = error_feedback and self.quantised
@@ -208,13 +210,13 @@ class HierarchicalExchange:
     run two at a time (one WAN group, one error-feedback state)."""
 
     def __init__(self, numel: int, bits: int, block: int, lan: GroupWire, wan: GroupWire,
-                 error_feedback: bool = True, lan_exchange: GroupWire | None = None) -> None:
+                 error_feedback: bool = True, lan_exchange: GroupWire | None = None, rotate: bool = False) -> None:
         self.numel, self.lan, self.wire = numel, lan, wan
         self.lan_exchange = lan_exchange
         align = block if bits not in (32, 16) else 1
         self.shards = cut(numel, lan.world_size, align)
         a, b = self.shards[lan.me]
-        self.reduce = QuantizedAllReduce(b - a, bits, block, wan, error_feedback)
+        self.reduce = QuantizedAllReduce(b - a, bits, block, wan, error_feedback, rotate)
         if lan_exchange is not None:  # overlapped: the WAN wire and the twin are the exchange thread's alone
             wan.deferred = lan_exchange.deferred = True
         self.last: BackgroundWork | None = None

@@ -85,6 +85,12 @@ class DilocoConfig(Section):
     """At the end of training, send the error-feedback residual once at these bits (0 = drop it)."""
     overlap: Bool = False
     """Run the outer all-reduce during the next inner steps (one-outer-step-delayed update)."""
+    density: Optional[Float] = Field(None, gt=0, le=1)
+    """Fraction of the values each quantised sync sends: the same random subset on every rank, the rest
+    waits in error feedback (no index bits); null takes the preset's (1)."""
+    rotate: Optional[Bool] = None
+    """Rotate each block (random signs, then Walsh-Hadamard; the same on every rank) before an 8/4/1-bit
+    codec quantises it, so outliers spread over the block; needs a power-of-two block; null takes the preset's."""
     fragments: Optional[Int] = Field(None, ge=1)
     """Streaming DiLoCo: sync the model in this many staggered fragments; null takes the preset's (1)."""
 
@@ -96,6 +102,8 @@ class DemoConfig(Section):
     """DCT chunk width (values per chunk); null takes the preset's value."""
     topk: Optional[Int] = None
     """Coefficients kept per chunk; null takes the preset's value."""
+    transform: Literal["dct", "none"] = "dct"
+    """Where top-k picks: `dct` coefficients (DeMo) or `none`, the values themselves (SparseLoCo)."""
     decay: Float = 0.9
     """Decay of the decoupled momentum (error-feedback) buffer between outer steps."""
     sign_step: Bool = False

@@ -9,7 +9,7 @@ import torch
 
 from recipes.algorithms.demo import DctTopKCodec, dct_matrix, pack_bits, unpack_bits
 from recipes.algorithms.diloco import nesterov_outer_step
-from recipes.compression import FP4_VALUES, BlockCodec, ErrorFeedback
+from recipes.compression import FP4_VALUES, BlockCodec, ErrorFeedback, RotatedCodec, hadamard
 
 
 @pytest.mark.parametrize("bits,rel_bound", [(8, 2 ** -4), (4, 0.25)])
@@ -21,6 +21,14 @@ def test_block_codec_round_trip_error_is_bounded_per_block(bits, rel_bound):
     blocks = torch.nn.functional.pad(x, (0, 24)).view(-1, 64).abs().amax(dim=1)
     bound = blocks.repeat_interleave(64)[:1000] * rel_bound
     assert ((y - x).abs() <= bound + 1e-12).all()
+
+
+def test_an_empty_piece_encodes_to_nothing():
+    """A hierarchical shard cut finer than a block can leave a member an empty piece."""
+    for bits in (8, 4, 1):
+        codec = BlockCodec(bits, 1024)
+        assert codec.encode(torch.empty(0)).numel() == codec.payload_bytes(0) == 0
+        assert codec.decode(codec.encode(torch.empty(0)), 0).numel() == 0
 
 
 def test_one_bit_codec_sends_signs_scaled_by_mean_magnitude():
@@ -115,6 +123,18 @@ def test_dct_topk_keeps_the_largest_coefficients_and_sends_few_bytes():
     assert payload.numel() * 8 / 640 < 1.0  # under one bit per parameter
 
 
+def test_value_topk_keeps_the_largest_values_themselves():
+    """`demo.transform: none` (SparseLoCo-like): top-k of each chunk's values, no DCT."""
+    codec = DctTopKCodec(numel=16, chunk=8, topk=2, value_bits=1, value_block=8, transform="none")
+    x = torch.tensor([0.1, -3.0, 0.2, 0.0, 2.0, 0.3, -0.1, 0.0, 5.0, 0.0, 0.0, -5.0, 1.0, 1.0, 0.0, 0.5])
+    payload, sent = codec.encode(x)
+    # chunk 0 keeps -3 and 2, chunk 1 keeps 5 and -5; four sent values as signs x their mean |x| = 3.75
+    expected = torch.zeros(16)
+    expected[[1, 4, 8, 11]] = torch.tensor([-3.75, 3.75, 3.75, -3.75])
+    assert torch.equal(sent, expected) and torch.equal(codec.decode(payload), expected)
+    assert payload.numel() == codec.payload_bytes() == math.ceil(4 * 3 / 8) + 1 + 4  # 3-bit indices, signs, scale
+
+
 def test_nesterov_outer_step_matches_hand_computation():
     w, m = torch.tensor([1.0, 2.0]), torch.zeros(2)
     nesterov_outer_step(w, m, torch.tensor([0.5, -1.0]), lr=0.7, mu=0.9)
@@ -138,3 +158,32 @@ def test_nesterov_matches_torch_sgd():
         sgd.step()
         nesterov_outer_step(w, m, g, 0.7, 0.9)
     assert torch.allclose(w, p.detach(), atol=1e-6)
+
+
+def test_hadamard_matches_the_sylvester_matrix_and_is_its_own_inverse():
+    h4 = torch.tensor([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]], dtype=torch.float32) / 2
+    x = torch.tensor([[1.0, 0.0, 0.0, 0.0], [3.0, -1.0, 2.0, 5.0]])
+    assert torch.allclose(hadamard(x), x @ h4.T)
+    assert torch.equal(hadamard(x)[0], torch.full((4,), 0.5))  # a spike spreads evenly
+    y = torch.randn(3, 1024)
+    assert torch.allclose(hadamard(hadamard(y)), y, atol=1e-5)
+    assert torch.allclose(hadamard(y, rows_at_once=2), hadamard(y))  # a big model goes a few rows at a time
+
+
+def test_rotated_one_bit_codec_fits_a_block_with_outliers_better():
+    torch.manual_seed(1)
+    x = torch.randn(2048) * 0.01
+    x[::97] = 3.0  # a few large values in every block: one scale cannot fit both kinds
+    plain, rotated = BlockCodec(1, 1024), RotatedCodec(BlockCodec(1, 1024), seed=5)
+
+    def error(codec):
+        return ((codec.decode(codec.encode(x), x.numel()) - x).norm() / x.norm()).item()
+    assert error(rotated) < 0.7 * error(plain)
+    assert rotated.payload_bytes(2048) == plain.payload_bytes(2048) == rotated.encode(x).numel()
+    y = torch.randn(2500)  # two whole blocks turn; the last 452 values go as they are, in as many bytes
+    assert rotated.encode(y).numel() == rotated.payload_bytes(2500) == plain.payload_bytes(2500)
+    assert torch.equal(rotated.decode(rotated.encode(y), 2500)[2048:], plain.decode(plain.encode(y), 2500)[2048:])
+    again = RotatedCodec(BlockCodec(1, 1024), seed=5)  # another rank decodes with the same rotation
+    assert torch.equal(again.decode(rotated.encode(x), 2048), rotated.decode(rotated.encode(x), 2048))
+    with pytest.raises(ValueError, match="power of two"):
+        RotatedCodec(BlockCodec(1, 96))

@@ -124,12 +124,13 @@ def test_an_overlapped_exchange_keeps_replicas_equal_and_lands_before_the_end(pr
     assert json.loads((out / "result.json").read_text())["bytes_sent"] == sync["bytes_sent"]
 
 
-def test_fragments_are_refused_across_datacenters():
+@pytest.mark.parametrize("override,refused", [("diloco.fragments=4", "fragments"), ("diloco.density=0.5", "density")])
+def test_fragments_and_subsets_are_refused_across_datacenters(override, refused):
     from recipes.algorithms import _hierarchical
     from recipes.config import parse_config, resolve_compression
 
-    cfg = parse_config({"model": "gpt-neo", "size": "tiny", "gradient_compression": "high"}, ["diloco.fragments=4"])
-    with pytest.raises(TopologyError, match="fragments is not available across datacenters"):
+    cfg = parse_config({"model": "gpt-neo", "size": "tiny", "gradient_compression": "high"}, [override])
+    with pytest.raises(TopologyError, match=f"diloco.{refused} is not available across datacenters"):
         _hierarchical(None, resolve_compression(cfg), cfg, None, None, 10)
 
 
