@@ -33,7 +33,8 @@ METHODS: dict[str, list[str]] = {
     "ultra": ["gradient_compression=ultra"],
     "high-overlap": ["gradient_compression=high", "diloco.overlap=true"],
     "high-momentum-0.9": ["gradient_compression=high", "diloco.outer_momentum=0.9"],
-    "ultra-demo": ["gradient_compression=ultra", "algorithm=demo", "diloco.bits=8", "demo.chunk=64", "demo.topk=4"],
+    "ultra-demo": ["gradient_compression=ultra", "algorithm=demo", "diloco.bits=8", "diloco.block=128",
+                   "demo.chunk=64", "demo.topk=4"],
 }
 QUICK_METHODS = ["ddp", "low", "medium", "high", "ultra"]
 SHARED = ["device=cpu", "data.source=markov", "data.markov_order=1", "data.markov_vocab=64",

@@ -81,3 +81,16 @@ def test_algorithm_and_outer_settings_come_from_the_preset_unless_overridden():
     assert comp.outer_momentum == preset.get("outer_momentum", 0.9)
     comp = resolve_compression(parse_config(base, ["algorithm=demo", "diloco.outer_momentum=0.5"]))
     assert (comp.algorithm, comp.outer_momentum) == ("demo", 0.5)
+
+
+def test_rotation_and_subsets_come_from_the_preset_unless_overridden():
+    base = {"model": "gpt-neo", "size": "tiny", "gradient_compression": "high"}
+    comp = resolve_compression(parse_config(base))
+    assert (comp.rotate, comp.density) == (True, 1.0)  # high rotates, sends everything
+    comp = resolve_compression(parse_config(base, ["diloco.rotate=false", "diloco.density=0.25"]))
+    assert (comp.rotate, comp.density) == (False, 0.25)
+    assert resolve_compression(parse_config({**base, "gradient_compression": "low"})).rotate is False
+    for bad in ("diloco.density=0", "diloco.density=1.5", "diloco.rotate=sometimes", "demo.transform=fft"):
+        with pytest.raises(ConfigError) as exc:
+            parse_config(base, [bad])
+        assert [e["path"] for e in exc.value.errors] == [bad.split("=")[0]]

@@ -12,6 +12,9 @@ import time
 import psutil
 import pytest
 
+from recipes.algorithms.exchange import QuantizedExchange
+from recipes.compression import BlockCodec
+from recipes.distributed import Wire
 from tests.recipes.conftest import REPO, read_metrics, recipe_env, run_torchrun, torchrun_cmd
 
 SHORT = ["steps=120", "logging.log_every=20", "checkpoint.every=0", "logging.wandb=false",
@@ -24,9 +27,10 @@ PARAMS = 132_480  # tiny gpt-neo
     ("none", []),
     ("low", ["diloco.inner_steps=20"]),
     ("high", ["diloco.inner_steps=20"]),
-    ("ultra", ["diloco.inner_steps=20"]),  # 1-bit with ultra's scale per 128 values
-    ("high", ["diloco.inner_steps=20", "diloco.bits=4"]),  # fp4 with high's scale per 1024 values
-    ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8"]),
+    ("ultra", ["diloco.inner_steps=20", "diloco.block=128", "diloco.rotate=false"]),  # plain 1-bit, a scale per 128
+    ("high", ["diloco.inner_steps=20", "diloco.bits=4"]),  # rotated fp4 with high's scale per 1024 values
+    ("high", ["diloco.inner_steps=20", "diloco.density=0.5"]),  # half the values each sync, the same on both ranks
+    ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8", "diloco.block=128"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true", "diloco.bits=4"]),
 ])
@@ -47,8 +51,13 @@ def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt)
         assert sent == 6 * (math.ceil(PARAMS / 2) + 4 * math.ceil(PARAMS / 1024))  # (N-1) * payload
     elif preset == "ultra" and "algorithm=demo" not in extra:  # sign bits + one fp32 scale per 128 values
         assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 128))
-    elif "algorithm=demo" not in extra:  # high: sign bits + one fp32 scale per 1024 values
-        assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 1024))
+    elif "diloco.density=0.5" in extra:  # each sync: 65 of the 130 blocks' sign bits + scales, no indices
+        subsets = QuantizedExchange(PARAMS, 1, 1024, Wire(1), density=0.5, seed=0)  # the config's seed
+        sizes = [subsets.positions(s).numel() for s in range(6)]
+        assert set(sizes) <= {65 * 1024, 64 * 1024 + PARAMS % 1024}  # the last block holds 384 values
+        assert sent == sum(BlockCodec(1, 1024).payload_bytes(n) for n in sizes)
+    elif "algorithm=demo" not in extra:  # high: rotated sign bits + one fp32 scale per 1024 values (a
+        assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 1024))  # rotation costs no bytes)
     else:  # DeMo top-4 of 64 DCT coefficients: 6-bit indices + fp8 values + scales
         sent_values = math.ceil(PARAMS / 64) * 4
         assert sent == 6 * (math.ceil(sent_values * 6 / 8) + sent_values + 4 * math.ceil(sent_values / 128))

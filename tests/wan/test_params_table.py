@@ -6,7 +6,7 @@ from core.planner import wan_what_if as planner
 
 from core.domain import recipe_catalog
 from recipes.catalog import MODEL_SIZES
-from recipes.compression import BlockCodec
+from recipes.compression import BlockCodec, RotatedCodec
 from recipes.bench.param_counts import PARAMS_PATH, count
 
 
@@ -16,6 +16,7 @@ def test_planner_payloads_equal_the_recipe_codecs():
             continue
         for numel in (1000, 461_568, 1_315_575_808):
             codec = BlockCodec(preset["bits"], preset["block"])
+            codec = RotatedCodec(codec) if preset.get("rotate") else codec
             assert planner.exchange_for(preset, numel).payload_bytes == codec.payload_bytes(numel), name
 
 

@@ -34,6 +34,10 @@ def test_payloads_by_hand():
     assert planner.exchange_for(PRESETS["high"], 1000) == planner.Exchange("all_gather", 532)
     # 6400 values, 1/16 sent = 400: fp8 values (400 bytes) + 4 scales (16) + 400 six-bit indices (300)
     assert planner.exchange_for(PRESETS["ultra"], 6400) == planner.Exchange("all_gather", 716)
+    # a rotation costs no bytes: 1000 values are 1000 signs (125 bytes) + one scale, rotated or not
+    rotated = {"algorithm": "diloco", "bits": 1, "block": 1024, "rotate": True}
+    assert planner.exchange_for(rotated, 1000) == planner.exchange_for({**rotated, "rotate": False}, 1000) \
+        == planner.Exchange("all_gather", 129)
 
 
 def test_wire_bytes_follow_the_ring():
@@ -183,7 +187,7 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["network"]["mbit_s"] == 8 and [p["preset"] for p in data["presets"]][0] == "none"
     assert data["recommended"] == "low" and data["inner_steps"] == 8
-    matrix.write_text("links:\n  - {src: a, dst: b, latency_ms: 0, mbit_s: 3}\n")  # medium (H=12) has room
+    matrix.write_text("links:\n  - {src: a, dst: b, latency_ms: 0, mbit_s: 0.4}\n")  # medium (H=12) has room
     assert main(["clusters", "plan", "--matrix", str(matrix), "--model", "gpt-neo", "--params", "250000",
                  "--step-time", "0.1"]) == 0
     out = capsys.readouterr().out
