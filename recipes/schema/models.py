@@ -72,7 +72,7 @@ class DilocoConfig(Section):
     inner_steps: Optional[Int] = Field(None, ge=1)
     """H, inner steps per outer step; null takes the preset's value."""
     outer_lr: Optional[Float] = None
-    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's (0.5 or 0.7)."""
+    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's (0.5 to 0.9)."""
     outer_momentum: Optional[Float] = None
     """Outer Nesterov momentum; null: the preset's (0.6)."""
     bits: Optional[WireBits] = None
