@@ -157,6 +157,12 @@ def hadamard(x: torch.Tensor, rows_at_once: int = 4096) -> torch.Tensor:
     return out
 
 
+def block_codec(bits: int, block: int, rotate: bool = False, seed: int = 0):
+    """The codec a quantised exchange sends with: a BlockCodec, rotated when asked."""
+    codec = BlockCodec(bits, block)
+    return RotatedCodec(codec, seed) if rotate else codec
+
+
 class RotatedCodec:
     """A block codec applied after a fixed random rotation of each whole block (random signs, then
     Walsh-Hadamard): outliers spread over the block, so one scale per block fits every value.

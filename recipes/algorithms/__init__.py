@@ -32,11 +32,8 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     if comp.algorithm == "demo":
         exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=comp.bits if comp.bits in (4, 1) else 8,
                                 value_block=comp.block or 128, transform=cfg.demo.transform)
-    elif comp.bits in (32, 16):  # summable on the wire
-        exchange = FullPrecisionExchange(numel, comp.bits, wire)
     else:
-        exchange = QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback,
-                                     density=comp.density, seed=cfg.seed, rotate=comp.rotate)
+        exchange = _diloco_exchange(numel, comp, cfg, wire)
     algo = DiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
                   outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap,
                   flush_bits=cfg.diloco.flush_bits)
@@ -47,19 +44,21 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     return algo
 
 
+def _diloco_exchange(numel: int, comp: Compression, cfg: TrainConfig, wire: Wire):
+    """fp32/bf16 all-reduced (summable on the wire), or the preset's quantised codec all-gathered."""
+    if comp.bits in (32, 16):
+        return FullPrecisionExchange(numel, comp.bits, wire)
+    return QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback,
+                             density=comp.density, seed=cfg.seed, rotate=comp.rotate)
+
+
 def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire) -> StreamingDiLoCo:
     """Streaming DiLoCo: one exchange of the preset's format per fragment."""
     if cfg.diloco.overlap:
         raise ValueError("diloco.overlap is not available with diloco.fragments > 1 (fragments already "
                          "spread the exchange over the H steps); set one of them")
 
-    def make_exchange(numel: int):
-        if comp.bits in (32, 16):
-            return FullPrecisionExchange(numel, comp.bits, wire)
-        return QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback,
-                                 density=comp.density, seed=cfg.seed, rotate=comp.rotate)
-
-    return StreamingDiLoCo(model, make_exchange, fragments=comp.fragments, inner_steps=comp.inner_steps,
+    return StreamingDiLoCo(model, lambda numel: _diloco_exchange(numel, comp, cfg, wire), fragments=comp.fragments, inner_steps=comp.inner_steps,
                            outer_lr=comp.outer_lr, outer_momentum=comp.outer_momentum,
                            flush_bits=cfg.diloco.flush_bits)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from recipes.compression import BlockCodec, ErrorFeedback, RotatedCodec
+from recipes.compression import BlockCodec, ErrorFeedback, block_codec
 from recipes.distributed import Wire
 
 
@@ -89,7 +89,7 @@ class QuantizedExchange(GatheredExchange):
 
     def __init__(self, numel: int, bits: int, block: int, wire: Wire, error_feedback: bool = True,
                  density: float = 1.0, seed: int = 0, rotate: bool = False) -> None:
-        self.codec = RotatedCodec(BlockCodec(bits, block), seed) if rotate else BlockCodec(bits, block)
+        self.codec = block_codec(bits, block, rotate, seed)
         self.feedback = ErrorFeedback(numel, enabled=error_feedback)
         self.numel = numel
         self.wire = wire

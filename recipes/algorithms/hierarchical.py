@@ -36,7 +36,7 @@ import torch.distributed as dist
 from recipes.algorithms.ddp import DDP
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import Pending
-from recipes.compression import BlockCodec, ErrorFeedback, RotatedCodec
+from recipes.compression import ErrorFeedback, block_codec
 from recipes.distributed import Wire
 from recipes.topology import Topology, layout
 
@@ -135,8 +135,7 @@ class QuantizedAllReduce:
                  rotate: bool = False) -> None:
         self.numel, self.wire = numel, wire
         self.quantised = bits not in (32, 16)
-        self.codec = RawCodec(bits) if not self.quantised else (
-            RotatedCodec(BlockCodec(bits, block)) if rotate else BlockCodec(bits, block))
+        self.codec = block_codec(bits, block, rotate) if self.quantised else RawCodec(bits)
         self.pieces = cut(numel, wire.world_size, block if self.quantised else 1)
         mine = self.pieces[wire.me]
         feedback = error_feedback and self.quantised
