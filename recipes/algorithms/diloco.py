@@ -39,6 +39,7 @@ class DiLoCo:
         self.momentum = torch.zeros_like(self.global_flat)
         self.pending: Pending | None = None
         self.outer_step = 0
+        self.last_phase = False  # True while finish() syncs a last partial phase
 
     def after_backward(self) -> None:
         """Inner steps are purely local."""
@@ -69,9 +70,16 @@ class DiLoCo:
         self.outer_step += 1
 
     def finish(self, step: int) -> None:
-        """Sync the last partial phase, land an exchange in flight, optionally flush EF: ranks end equal."""
+        """Sync the last partial phase, land an exchange in flight, optionally flush EF: ranks end equal.
+        The last partial phase's outer step has no momentum look-ahead: training ends there, and the
+        look-ahead would push the final weights on along earlier phases' direction (measured on the
+        text bench: 1.8287 -> 1.8176 and 1.9061 -> 1.8982 for `high` ending 8 steps into a phase)."""
         if step % self.inner_steps:
-            self.sync()
+            self.last_phase = not self.overlap
+            try:
+                self.sync()
+            finally:
+                self.last_phase = False
         if self.pending is not None:
             self.outer_update(self.exchange.finish(self.pending).cpu())
             self.pending = None
@@ -82,6 +90,9 @@ class DiLoCo:
         self.anchor = self.global_flat.clone()
 
     def _nesterov(self, avg_delta: torch.Tensor) -> None:
+        if self.last_phase:  # a plain outer SGD step: no look-ahead past the end of training
+            self.global_flat.sub_(avg_delta, alpha=self.outer_lr)
+            return
         nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum)
 
     @torch.no_grad()

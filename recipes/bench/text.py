@@ -17,7 +17,9 @@ loss at step N, and `reach_bytes` what one rank had sent by then.
 Past step N that run trains at the floor learning rate, so `reach_step` understates what a
 longer run gets. `--budgets 1.2 1.5` measures that: one more run per factor f, scheduled over
 f x N steps, and `budget_reach` is the smallest f whose final held-out loss is at most DDP's
-(the compute a user would spend to match DDP's loss); `--parallel K` runs K torchruns at once.
+(the compute a user would spend to match DDP's loss). A run's last point is the model it ends
+with: a DiLoCo run whose length is not a multiple of H syncs its last partial phase first, and
+that sync's bytes count. `--parallel K` runs K torchruns at once.
 """
 
 from __future__ import annotations
@@ -94,6 +96,15 @@ def reach(curve: list[dict], target: float) -> tuple[int | None, int | None]:
         if point["eval_loss"] <= target:
             return point["step"], point["bytes_sent"]
     return None, None
+
+
+def finished_curve(result: dict) -> list[dict]:
+    """A run's curve whose last point is the model the run ends with: after the sync of a last
+    partial DiLoCo phase (and its bytes), which the evaluation during the run's last step precedes."""
+    curve = [dict(point) for point in result["eval_curve"]]
+    if curve and curve[-1]["step"] == result["step"] and "eval_loss" in result:
+        curve[-1].update(eval_loss=result["eval_loss"], bytes_sent=result["bytes_sent"])
+    return curve
 
 
 def at_step(curve: list[dict], step: int) -> dict:
@@ -188,10 +199,11 @@ def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, 
                 result = run_method(label, [*shared, *overrides[name]], Path(tmp) / f"seed{seed}")
             except RuntimeError as err:
                 raise RuntimeError(f"seed {seed}: {err}") from None
-            last = at_step(result["eval_curve"], steps if factor is None else total)
+            curve = finished_curve(result)
+            last = at_step(curve, steps if factor is None else total)
             print(f"seed {seed} {label}: loss@{steps if factor is None else total} {last['eval_loss']:.4f}, "
                   f"{last['bytes_sent']:,} bytes, {result['wall_s']} s", flush=True)
-            return job, result["eval_curve"]
+            return job, curve
 
         pool = ThreadPoolExecutor(max_workers=max(1, parallel))
         try:

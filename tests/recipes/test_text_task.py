@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from recipes.bench.text import (budget_steps, corpus_documents, reach, split_documents, summarise, worst_of,
-                                write_corpus)
+from recipes.bench.text import (budget_steps, corpus_documents, finished_curve, reach, split_documents, summarise,
+                                worst_of, write_corpus)
 from recipes.config import parse_config
 
 DDP_FINAL = 2.50
@@ -29,6 +29,16 @@ def test_a_curve_that_never_gets_there_reaches_nothing():
     curve = _curve([3.0, 2.8, 2.6, 2.51, 2.505, 2.501])
     assert reach(curve, DDP_FINAL) == (None, None)
     assert reach([], DDP_FINAL) == (None, None)
+
+
+def test_a_runs_last_point_is_the_model_it_ends_with():
+    curve = _curve([3.0, 2.7, 2.6])  # evaluated during step 150, before the last partial phase synced
+    result = {"step": 150, "eval_loss": 2.55, "bytes_sent": 1600, "eval_curve": curve}
+    ended = finished_curve(result)
+    assert ended[-1] == {"step": 150, "eval_loss": 2.55, "bytes_sent": 1600}
+    assert ended[:2] == curve[:2] and curve[-1]["eval_loss"] == 2.6  # the run's own curve is left as it was
+    stopped_early = {**result, "step": 120}  # a curve that does not end on the run's last step is kept whole
+    assert finished_curve(stopped_early) == curve
 
 
 def test_summary_compares_with_ddp_at_equal_steps_and_worst_seed_wins():
