@@ -19,7 +19,8 @@ longer run gets. `--budgets 1.2 1.5` measures that: one more run per factor f, s
 f x N steps, and `budget_reach` is the smallest f whose final held-out loss is at most DDP's
 (the compute a user would spend to match DDP's loss). A run's last point is the model it ends
 with: a DiLoCo run whose length is not a multiple of H syncs its last partial phase first, and
-that sync's bytes count. `--parallel K` runs K torchruns at once.
+that sync's bytes count (the 1x figure is the reach run's point at step N, its weights as last
+synced, up to H - 1 steps before N). `--parallel K` runs K torchruns at once.
 """
 
 from __future__ import annotations
@@ -222,6 +223,7 @@ def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, 
         runs.append({"seed": seed, "ddp_loss": ddp["eval_loss"], "ddp_bytes": ddp["bytes_sent"], "methods": summaries})
     return {"task": "text", "corpus": {"source": "CPython pydoc_data/topics.py (PSF licence)", **corpus},
             "ddp_steps": steps, "reach_run_steps": 2 * steps, "eval_every": eval_every, "workers": 2,
+            "finished_model": True,  # a run's last point is its finished model (finished_curve)
             "budgets": list(budgets), "seeds": seeds, "ddp_loss": sum(r["ddp_loss"] for r in runs) / len(runs),
             "methods": {name: worst_of(runs, name) for name in methods}, "runs": runs}
 
@@ -232,6 +234,9 @@ def merge_reports(reports: list[dict]) -> dict:
     same = ("ddp_steps", "eval_every", "reach_run_steps")
     if any(o.get("budgets", []) != first.get("budgets", []) for o in reports[1:]):
         raise ValueError("these reports were run with different --budgets")
+    if len({bool(o.get("finished_model")) for o in reports}) > 1:
+        raise ValueError("these reports end their runs differently (some on the finished model, some on the last "
+                         "whole-phase sync, before that change): run the older seeds again")
     for key in ("device", "torch"):  # DDP's loss moves with the torch build and the device
         seen = {o[key] for o in reports if key in o}
         if len(seen) > 1:

@@ -192,6 +192,10 @@ def test_reports_of_one_seed_each_merge_into_the_worst_case():
     budgeted["budgets"] = [1.2]
     with pytest.raises(ValueError, match="different --budgets"):
         merge_reports([report(0, [2.6, 2.5]), budgeted])
+    finished = report(1, [2.6, 2.5])
+    finished["finished_model"] = True  # a report from before runs ended on their finished model lacks it
+    with pytest.raises(ValueError, match="end their runs differently"):
+        merge_reports([report(0, [2.6, 2.5]), finished])
 
 
 def test_a_text_run_records_the_held_out_curve_of_the_agreed_weights(tmp_path):
