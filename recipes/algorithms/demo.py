@@ -50,11 +50,10 @@ class DctTopKCodec:
         if not 0 < topk <= chunk:
             raise ValueError(f"topk must be in 1..{chunk}, not {topk}")
         self.numel, self.chunk, self.topk = numel, chunk, topk
-        self.transform = transform
         self.chunks = math.ceil(numel / chunk)
         self.index_bits = max(1, math.ceil(math.log2(chunk)))
         self.values = BlockCodec(value_bits, value_block)
-        self.dct = dct_matrix(chunk)
+        self.dct = dct_matrix(chunk) if transform == "dct" else None  # `none`: top-k of the values themselves
 
     @property
     def sent_values(self) -> int:
@@ -65,12 +64,12 @@ class DctTopKCodec:
 
     def to_coefficients(self, x: torch.Tensor) -> torch.Tensor:
         flat = torch.cat([x.flatten(), x.new_zeros(self.chunks * self.chunk - x.numel())])
-        if self.transform == "none":
+        if self.dct is None:
             return flat.view(self.chunks, self.chunk)
         return flat.view(self.chunks, self.chunk) @ self.dct.to(x.device).T
 
     def from_coefficients(self, coeffs: torch.Tensor) -> torch.Tensor:
-        if self.transform == "none":
+        if self.dct is None:
             return coeffs.flatten()[:self.numel]
         return (coeffs @ self.dct.to(coeffs.device)).flatten()[:self.numel]
 

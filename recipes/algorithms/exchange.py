@@ -130,6 +130,13 @@ class QuantizedExchange(GatheredExchange):
         block = self.codec.block
         return torch.nn.functional.pad(x, (0, (-x.numel()) % block)).view(-1, block)
 
+    def _place(self, sent: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """The full-length vector holding `sent` (the chosen blocks' values, in order) in those blocks, zero elsewhere."""
+        rows = self._rows(torch.zeros(self.numel, device=sent.device))
+        rows[chosen.to(sent.device)] = torch.nn.functional.pad(sent, (0, chosen.numel() * self.codec.block
+                                                                      - sent.numel())).view(-1, self.codec.block)
+        return rows.flatten()[:self.numel]
+
     def start(self, delta: torch.Tensor, async_op: bool = False) -> Pending:
         if self.feedback.residual is not None:
             self.feedback.residual = self.feedback.residual.to(delta.device)
@@ -142,14 +149,9 @@ class QuantizedExchange(GatheredExchange):
             raise ValueError("diloco.density below 1 needs diloco.error_feedback: true (what a sync does not "
                              "send waits there); set one of them")
         target = delta + self.feedback.residual
-        rows = self._rows(target)
-        chosen_here = chosen.to(delta.device)
         n = self._sent_values(chosen)
-        payload = self.codec.encode(rows[chosen_here].flatten()[:n])
-        decoded = torch.zeros_like(rows[chosen_here]).flatten()
-        decoded[:n] = self.codec.decode(payload, n)
-        rows[chosen_here] -= decoded.view(-1, self.codec.block)  # the residual: what was not sent
-        self.feedback.residual = rows.flatten()[:self.numel]
+        payload = self.codec.encode(self._rows(target)[chosen.to(delta.device)].flatten()[:n])
+        self.feedback.residual = target - self._place(self.codec.decode(payload, n), chosen)  # what was not sent
         return self.reissue(payload, async_op)
 
     def reissue(self, payload: torch.Tensor, async_op: bool = False) -> Pending:
@@ -166,13 +168,8 @@ class QuantizedExchange(GatheredExchange):
             return super().finish(pending)
         if pending.work is not None:
             pending.work.wait()
-        device = pending.gathered[0].device
         n = self._sent_values(chosen)
-        rows = torch.zeros(math.ceil(self.numel / self.codec.block), self.codec.block, device=device)
-        sent = torch.zeros(chosen.numel() * self.codec.block, device=device)
-        sent[:n] = torch.stack([self.codec.decode(p, n) for p in pending.gathered]).mean(dim=0)
-        rows[chosen.to(device)] = sent.view(-1, self.codec.block)
-        return rows.flatten()[:self.numel]
+        return self._place(torch.stack([self.codec.decode(p, n) for p in pending.gathered]).mean(dim=0), chosen)
 
     def flush(self, bits: int) -> torch.Tensor | None:
         """Average what error feedback still holds, sent once at `bits` (the end-of-training step)."""
