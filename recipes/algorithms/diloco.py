@@ -26,7 +26,8 @@ class DiLoCo:
     name = "diloco"
 
     def __init__(self, model: torch.nn.Module, exchange, *, inner_steps: int, outer_lr: float,
-                 outer_momentum: float, overlap: bool = False, outer_update=None, flush_bits: int = 0) -> None:
+                 outer_momentum: float, overlap: bool = False, outer_update=None, flush_bits: int = 0,
+                 final_step: int | None = None) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.exchange = exchange
         self.inner_steps = inner_steps
@@ -39,17 +40,26 @@ class DiLoCo:
         self.momentum = torch.zeros_like(self.global_flat)
         self.pending: Pending | None = None
         self.outer_step = 0
-        self.last_phase = False  # True while finish() syncs a last partial phase
+        self.final_step = final_step  # the run's last step: its sync (whole phase or not) is the last
+        self.last_phase = False  # True while the run's last sync runs
 
     def after_backward(self) -> None:
         """Inner steps are purely local."""
 
     def after_optimizer_step(self, step: int) -> bool:
-        """Run the outer step after every H-th inner step; True when one ran."""
+        """Run the outer step after every H-th inner step; True when one ran. The sync at `final_step`
+        (the run's last step, when it ends on a whole phase) is the run's last: no look-ahead."""
         if step % self.inner_steps:
             return False
-        self.sync()
+        self._sync(last=step == self.final_step)
         return True
+
+    def _sync(self, last: bool) -> None:
+        self.last_phase = last and not self.overlap
+        try:
+            self.sync()
+        finally:
+            self.last_phase = False
 
     def sync(self) -> None:
         local = self._local_flat()
@@ -71,16 +81,15 @@ class DiLoCo:
 
     def finish(self, step: int) -> None:
         """Sync the last partial phase, land an exchange in flight, optionally flush EF: ranks end equal.
-        The last partial phase's outer step has no momentum look-ahead: training ends there, and the
-        look-ahead would push the final weights on along earlier phases' direction (measured on the
-        text bench: 1.8287 -> 1.8176 and 1.9061 -> 1.8982 for H=32 1-bit ending 8 steps into a phase).
+        The run's last outer step has no momentum look-ahead: training ends there, and the look-ahead
+        would push the final weights on along earlier phases' direction. That holds for a last partial
+        phase (synced here) and for a run that ends on a whole phase (`final_step`, synced by
+        after_optimizer_step). Measured on the text bench: 1.8287 -> 1.8176 and 1.9061 -> 1.8982 for
+        H=32 1-bit ending 8 steps into a phase; H=40 ending on a whole phase at 1800 steps, seeds 0-3,
+        1.8060 -> 1.7936, 1.8116 -> 1.8041, 1.8687 -> 1.8633, 1.8580 -> 1.8468.
         With `overlap` the landing exchanges keep the look-ahead (not measured)."""
         if step % self.inner_steps:
-            self.last_phase = not self.overlap
-            try:
-                self.sync()
-            finally:
-                self.last_phase = False
+            self._sync(last=True)
         if self.pending is not None:
             self.outer_update(self.exchange.finish(self.pending).cpu())
             self.pending = None
