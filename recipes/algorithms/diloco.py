@@ -40,26 +40,30 @@ class DiLoCo:
         self.momentum = torch.zeros_like(self.global_flat)
         self.pending: Pending | None = None
         self.outer_step = 0
-        self.final_step = final_step  # the run's last step: its sync (whole phase or not) is the last
-        self.last_phase = False  # True while the run's last sync runs
+        # the run's last step: when a multiple of H, its sync is the run's last (a last partial
+        # phase is synced by finish()); either takes no look-ahead, without `overlap`
+        self.final_step = final_step
+        self.ending_at: int | None = None  # the step whose sync is the run's last, while it runs
+        self.withheld_at: int | None = None  # the step whose last sync withheld the look-ahead
 
     def after_backward(self) -> None:
         """Inner steps are purely local."""
 
     def after_optimizer_step(self, step: int) -> bool:
         """Run the outer step after every H-th inner step; True when one ran. The sync at `final_step`
-        (the run's last step, when it ends on a whole phase) is the run's last: no look-ahead."""
+        (the run's last step, when it ends on a whole phase) is the run's last: no look-ahead
+        (without `overlap`)."""
         if step % self.inner_steps:
             return False
-        self._sync(last=step == self.final_step)
+        self._sync(step, last=step == self.final_step)
         return True
 
-    def _sync(self, last: bool) -> None:
-        self.last_phase = last and not self.overlap
+    def _sync(self, step: int, last: bool) -> None:
+        self.ending_at = step if last and not self.overlap else None
         try:
             self.sync()
         finally:
-            self.last_phase = False
+            self.ending_at = None
 
     def sync(self) -> None:
         local = self._local_flat()
@@ -87,9 +91,12 @@ class DiLoCo:
         after_optimizer_step). Measured on the text bench: 1.8287 -> 1.8176 and 1.9061 -> 1.8982 for
         H=32 1-bit ending 8 steps into a phase; H=40 ending on a whole phase at 1800 steps, seeds 0-3,
         1.8060 -> 1.7936, 1.8116 -> 1.8041, 1.8687 -> 1.8633, 1.8580 -> 1.8468.
-        With `overlap` the landing exchanges keep the look-ahead (not measured)."""
+        The momentum still takes the last pseudo-gradient and the withheld look-ahead is remembered
+        (`withheld_at`): a run resumed with more steps applies it first (load_state_dict), so it goes
+        on as an ordinary sync would have left it. With `overlap` the landing exchanges keep the
+        look-ahead (not measured); Streaming DiLoCo's last fragment syncs keep it too."""
         if step % self.inner_steps:
-            self._sync(last=True)
+            self._sync(step, last=True)
         if self.pending is not None:
             self.outer_update(self.exchange.finish(self.pending).cpu())
             self.pending = None
@@ -100,10 +107,21 @@ class DiLoCo:
         self.anchor = self.global_flat.clone()
 
     def _nesterov(self, avg_delta: torch.Tensor) -> None:
-        if self.last_phase:  # a plain outer SGD step: no look-ahead past the end of training
-            self.global_flat.sub_(avg_delta, alpha=self.outer_lr)
+        if self.ending_at is None:
+            nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum)
             return
-        nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum)
+        # the run's last sync: the momentum as usual, then a plain outer step, no look-ahead past the end
+        self.momentum.mul_(self.outer_momentum).add_(avg_delta)
+        self.global_flat.sub_(avg_delta, alpha=self.outer_lr)
+        self.withheld_at = self.ending_at
+
+    def _apply_withheld(self) -> None:
+        """A run that ended here goes on (resumed with more steps): take the look-ahead its last sync
+        withheld, so the weights are where an ordinary sync would have left them."""
+        self.global_flat.sub_(self.momentum, alpha=self.outer_lr * self.outer_momentum)
+        self.anchor = self.global_flat.clone()
+        self._write_params(self.global_flat)
+        self.withheld_at = None
 
     @torch.no_grad()
     def _local_flat(self) -> torch.Tensor:
@@ -119,7 +137,7 @@ class DiLoCo:
 
     def state_dict(self) -> dict:
         return {"global": self.global_flat, "anchor": self.anchor, "momentum": self.momentum,
-                "outer_step": self.outer_step, "exchange": self.exchange.state_dict(),
+                "outer_step": self.outer_step, "exchange": self.exchange.state_dict(), "withheld_at": self.withheld_at,
                 "pending_sent": None if self.pending is None else self.pending.sent.cpu()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -129,3 +147,7 @@ class DiLoCo:
         sent = state.get("pending_sent")
         device = self.params[0].device
         self.pending = None if sent is None else self.exchange.reissue(sent.to(device), async_op=True)
+        self.withheld_at = state.get("withheld_at")
+        goes_on = self.final_step is None or self.final_step > (self.withheld_at or 0)
+        if self.withheld_at is not None and goes_on:  # the model's weights are loaded before this
+            self._apply_withheld()

@@ -6,7 +6,8 @@ then 1/F of the model, so the link carries a steady trickle instead of one burst
 every H steps; the bytes per H steps are the same as plain DiLoCo's. Each fragment
 has its own slice of the global weights, of the outer momentum and its own exchange
 (error feedback included). At the end every fragment syncs its remaining progress,
-so all ranks finish with the same weights.
+so all ranks finish with the same weights. Those last syncs keep the momentum look-ahead (plain
+DiLoCo's last sync drops it: recipes.algorithms.diloco, not measured for fragments).
 """
 
 from __future__ import annotations

@@ -18,22 +18,32 @@ class One(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.zeros(2))
 
 
-def _run(rank: int, steps: int, final_step: int | None) -> list:
+def _diloco(final_step: int | None) -> tuple[One, DiLoCo, Wire]:
     model, wire = One(), Wire(2)
     algo = DiLoCo(model, FullPrecisionExchange(2, 32, wire), inner_steps=4, outer_lr=0.5, outer_momentum=0.5,
                   final_step=final_step)
+    return model, algo, wire
+
+
+def _train(rank: int, model: One, algo: DiLoCo, first: int, last: int) -> list:
     seen = []
     with torch.no_grad():
-        for step in range(1, steps + 1):  # the "inner step": rank r moves every value by (r+1)*step
+        for step in range(first, last + 1):  # the "inner step": rank r moves every value by (r+1)*step
             model.w.add_((rank + 1) * step)
             if algo.after_optimizer_step(step):
                 seen.append(model.w.tolist())
-        algo.finish(steps)
+        algo.finish(last)
+    return seen
+
+
+def _run(rank: int, steps: int, final_step: int | None) -> list:
+    model, algo, wire = _diloco(final_step)
+    seen = _train(rank, model, algo, 1, steps)
     return [*seen, model.w.tolist(), algo.momentum.tolist(), wire.bytes_sent]
 
 
 def _rank(rank: int) -> list:
-    return _run(rank, 6, final_step=6)
+    return _run(rank, 6, final_step=None)  # a last partial phase is the run's last sync without final_step
 
 
 def _whole_phases(rank: int) -> list:
@@ -49,7 +59,7 @@ def test_last_partial_phase_steps_without_momentum_look_ahead(tmp_path):
     # have gone to 25.5: m = 0.5 * -15 - 16.5 = -24, w -= 0.5 * (-16.5 + 0.5 * -24)).
     assert r0[0] == r1[0] == [11.25, 11.25]
     assert r0[1] == r1[1] == [19.5, 19.5]
-    assert r0[2] == r1[2] == [-15.0, -15.0]  # the momentum is left as the last full phase made it
+    assert r0[2] == r1[2] == [-24.0, -24.0]  # the momentum takes the last phase as usual: 0.5 * -15 - 16.5
     assert r0[3] == r1[3] == 2 * 8  # two fp32 all-reduces of 2 values
 
 
@@ -60,12 +70,62 @@ def test_a_run_ending_on_a_whole_phase_steps_without_look_ahead_at_final_step(tm
     ended, open_ended = r0
     # step 4 as above: 11.25, m = -15. Steps 5-8 (a whole phase, the run's last): progress 26 and 52,
     # mean pseudo-gradient -39, a plain outer step: w -= 0.5 * -39 -> 30.75; finish(8) adds nothing.
+    # The momentum takes the last phase as an ordinary sync would: 0.5 * -15 - 39 = -46.5.
     assert ended[0] == [11.25, 11.25]
     assert ended[1] == ended[2] == [30.75, 30.75]
-    assert ended[3] == [-15.0, -15.0]
+    assert ended[3] == [-46.5, -46.5]
     assert ended[4] == 2 * 8
     # with no final_step the sync at step 8 is an ordinary one: m = 0.5 * -15 - 39 = -46.5,
     # w -= 0.5 * (-39 + 0.5 * -46.5) -> 42.375
     assert open_ended[1] == open_ended[2] == [42.375, 42.375]
     assert open_ended[3] == [-46.5, -46.5]
     assert open_ended[4] == 2 * 8
+
+
+def _extended(rank: int) -> list:
+    """A run of 8 steps that ended, resumed with 12 steps (as train.py restores a checkpoint: the
+    model first, then the algorithm), against a run of 12 steps from the start; and the same
+    checkpoint restored for its own 8 steps again."""
+    model, algo, _ = _diloco(final_step=8)
+    _train(rank, model, algo, 1, 8)
+    saved_model, saved_algo = model.state_dict(), {k: v.clone() if torch.is_tensor(v) else v
+                                                    for k, v in algo.state_dict().items()}
+    again, again_algo, _ = _diloco(final_step=8)
+    again.load_state_dict(saved_model)
+    again_algo.load_state_dict(saved_algo)
+    longer, longer_algo, _ = _diloco(final_step=12)
+    longer.load_state_dict(saved_model)
+    longer_algo.load_state_dict(saved_algo)
+    resumed_at_8 = longer.w.tolist()
+    _train(rank, longer, longer_algo, 9, 12)
+    straight, straight_algo, _ = _diloco(final_step=12)
+    _train(rank, straight, straight_algo, 1, 12)
+    return [saved_algo["withheld_at"], again.w.tolist(), again_algo.withheld_at, resumed_at_8,
+            longer.w.tolist(), longer_algo.momentum.tolist(), straight.w.tolist(), straight_algo.momentum.tolist()]
+
+
+@pytest.mark.timeout(120)
+def test_a_finished_run_resumed_with_more_steps_goes_on_as_if_it_had_never_ended(tmp_path):
+    r0, r1 = two_gloo_ranks(_extended, tmp_path)
+    assert r0 == r1
+    withheld_at, again, again_withheld, resumed_at_8, longer, longer_m, straight, straight_m = r0
+    assert withheld_at == 8
+    assert again == [30.75, 30.75] and again_withheld == 8  # restored for the same 8 steps: as it ended
+    # resumed with 12 steps, the withheld look-ahead comes first: 30.75 - 0.5 * 0.5 * -46.5 = 42.375,
+    # where the 12-step run stood after its ordinary sync at step 8
+    assert resumed_at_8 == [42.375, 42.375]
+    assert longer == straight and longer_m == straight_m
+    # steps 9-12: progress 42 and 84, mean -63; a plain last step from 42.375: 42.375 + 0.5 * 63
+    assert straight == [73.875, 73.875]
+    assert straight_m == [0.5 * -46.5 - 63] * 2
+
+
+def test_the_built_algorithm_knows_the_runs_last_step():
+    from recipes.algorithms import build_algorithm
+    from recipes.config import parse_config, resolve_compression
+    from recipes.models import build_model
+
+    cfg = parse_config({"model": "gpt-neo", "size": "tiny", "steps": 37, "out_dir": "unused",
+                        "gradient_compression": "high"})
+    model, _ = build_model("gpt-neo", "tiny")
+    assert build_algorithm(model, resolve_compression(cfg), cfg, Wire(1)).final_step == 37

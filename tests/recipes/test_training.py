@@ -8,6 +8,7 @@ import queue
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -133,6 +134,30 @@ def test_single_process_run_needs_no_torchrun_and_a_rerun_after_the_end_changes_
     assert again.returncode == 0 and "resumed from checkpoint at step 25" in again.stdout
     second = json.loads((out / "result.json").read_text())
     assert second["outer_step"] == 3 and second["eval_loss"] == first["eval_loss"]
+
+
+def test_a_finished_run_resumed_with_more_steps_ends_where_a_run_planned_that_long_does(tmp_path, tiny_gpt):
+    """20 steps at H=10 end on a whole phase, whose sync withholds the momentum look-ahead; resumed with
+    30 steps, the run takes that look-ahead first and ends where a 30-step run does (same schedule)."""
+    def run(out: Path, steps: int) -> subprocess.CompletedProcess:
+        cmd = ["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}", f"steps={steps}",
+               "optim.schedule_steps=30", "logging.wandb=false", "gradient_compression=high",
+               "diloco.inner_steps=10", "logging.log_every=10"]
+        res = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return res
+
+    run(tmp_path / "planned", 30)
+    run(tmp_path / "extended", 20)
+    ended = json.loads((tmp_path / "extended" / "result.json").read_text())
+    assert ended["outer_step"] == 2
+    assert "resumed from checkpoint at step 20" in run(tmp_path / "extended", 30).stdout
+    planned = json.loads((tmp_path / "planned" / "result.json").read_text())
+    extended = json.loads((tmp_path / "extended" / "result.json").read_text())
+    assert extended["outer_step"] == planned["outer_step"] == 3
+    # the same to float rounding (the look-ahead is added in two parts, not one)
+    assert extended["eval_loss"] == pytest.approx(planned["eval_loss"], rel=1e-6)
+    assert extended["eval_loss"] != ended["eval_loss"]
 
 
 def test_bad_config_exits_2_with_the_problem(tmp_path, tiny_gpt):
