@@ -300,7 +300,10 @@ class Membership:
     # state transfer -------------------------------------------------------------
     def _state_tensors(self) -> list[torch.Tensor]:
         algo = self.trainer.algo
-        header = torch.tensor([algo.outer_step, self.trainer.step], dtype=torch.int64)
+        # the step whose sync withheld the look-ahead (-1: none): a worker that joins after the run's
+        # last sync must neither sync again nor, resumed with more steps, forget the look-ahead
+        withheld = -1 if algo.withheld_at is None else algo.withheld_at
+        header = torch.tensor([algo.outer_step, self.trainer.step, withheld], dtype=torch.int64)
         return [header, algo.global_flat, algo.momentum]
 
     def _send_state(self, key: str, members: list[Member], source: int) -> None:
@@ -327,6 +330,9 @@ class Membership:
                 pg.broadcast(tensor, ranks.index(source)).wait()
         algo = self.trainer.algo
         algo.outer_step, self.trainer.step = int(tensors[0][0]), int(tensors[0][1])
+        withheld = int(tensors[0][2])
+        algo.withheld_at = None if withheld < 0 else withheld
+        algo.withheld_scale = algo.outer_lr * algo.outer_momentum  # the same config on every worker
 
 
 def set_step(trainer, step: int) -> None:

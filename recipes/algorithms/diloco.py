@@ -45,6 +45,7 @@ class DiLoCo:
         self.final_step = final_step
         self.ending_at: int | None = None  # the step whose sync is the run's last, while it runs
         self.withheld_at: int | None = None  # the step whose last sync withheld the look-ahead
+        self.withheld_scale = 0.0  # outer lr x momentum of that sync: the look-ahead is scale x momentum
 
     def after_backward(self) -> None:
         """Inner steps are purely local."""
@@ -93,9 +94,11 @@ class DiLoCo:
         1.8060 -> 1.7936, 1.8116 -> 1.8041, 1.8687 -> 1.8633, 1.8580 -> 1.8468.
         The momentum still takes the last pseudo-gradient and the withheld look-ahead is remembered
         (`withheld_at`): a run resumed with more steps applies it first (load_state_dict), so it goes
-        on as an ordinary sync would have left it. With `overlap` the landing exchanges keep the
-        look-ahead (not measured); Streaming DiLoCo's last fragment syncs keep it too."""
-        if step % self.inner_steps:
+        on from where an ordinary sync would have left it (exactly so after a whole phase and without
+        `flush_bits`; a partial phase's sync has happened). A worker that joined after the last sync
+        (elastic: it has the others' `withheld_at`) does not sync again. With `overlap` the landing
+        exchanges keep the look-ahead (not measured); Streaming DiLoCo's last fragment syncs keep it too."""
+        if step % self.inner_steps and self.withheld_at != step:
             self._sync(step, last=True)
         if self.pending is not None:
             self.outer_update(self.exchange.finish(self.pending).cpu())
@@ -109,16 +112,17 @@ class DiLoCo:
     def _nesterov(self, avg_delta: torch.Tensor) -> None:
         if self.ending_at is None:
             nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum)
+            self.withheld_at = None  # an ordinary step looks ahead: nothing is owed any more
             return
         # the run's last sync: the momentum as usual, then a plain outer step, no look-ahead past the end
         self.momentum.mul_(self.outer_momentum).add_(avg_delta)
         self.global_flat.sub_(avg_delta, alpha=self.outer_lr)
-        self.withheld_at = self.ending_at
+        self.withheld_at, self.withheld_scale = self.ending_at, self.outer_lr * self.outer_momentum
 
     def _apply_withheld(self) -> None:
         """A run that ended here goes on (resumed with more steps): take the look-ahead its last sync
         withheld, so the weights are where an ordinary sync would have left them."""
-        self.global_flat.sub_(self.momentum, alpha=self.outer_lr * self.outer_momentum)
+        self.global_flat = self.global_flat - self.withheld_scale * self.momentum  # not in place: a loaded state stays as it was
         self.anchor = self.global_flat.clone()
         self._write_params(self.global_flat)
         self.withheld_at = None
@@ -137,7 +141,8 @@ class DiLoCo:
 
     def state_dict(self) -> dict:
         return {"global": self.global_flat, "anchor": self.anchor, "momentum": self.momentum,
-                "outer_step": self.outer_step, "exchange": self.exchange.state_dict(), "withheld_at": self.withheld_at,
+                "outer_step": self.outer_step, "exchange": self.exchange.state_dict(),
+                "withheld_at": self.withheld_at, "withheld_scale": self.withheld_scale,
                 "pending_sent": None if self.pending is None else self.pending.sent.cpu()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -147,7 +152,7 @@ class DiLoCo:
         sent = state.get("pending_sent")
         device = self.params[0].device
         self.pending = None if sent is None else self.exchange.reissue(sent.to(device), async_op=True)
-        self.withheld_at = state.get("withheld_at")
+        self.withheld_at, self.withheld_scale = state.get("withheld_at"), state.get("withheld_scale", 0.0)
         goes_on = self.final_step is None or self.final_step > (self.withheld_at or 0)
         if self.withheld_at is not None and goes_on:  # the model's weights are loaded before this
             self._apply_withheld()

@@ -129,3 +129,17 @@ def test_the_built_algorithm_knows_the_runs_last_step():
                         "gradient_compression": "high"})
     model, _ = build_model("gpt-neo", "tiny")
     assert build_algorithm(model, resolve_compression(cfg), cfg, Wire(1)).final_step == 37
+
+
+def test_a_worker_that_joined_after_the_last_sync_does_not_sync_again():
+    """Elastic: a worker that rejoins after the others' last (partial-phase) sync gets their weights,
+    momentum and `withheld_at` (recipes.elastic), so its finish() must not run a sync of its own."""
+    model, wire = One(), Wire(1)
+    algo = DiLoCo(model, FullPrecisionExchange(2, 32, wire), inner_steps=4, outer_lr=0.5, outer_momentum=0.5,
+                  final_step=6)
+    algo.global_flat, algo.momentum = torch.tensor([19.5, 19.5]), torch.tensor([-24.0, -24.0])
+    algo.anchor, algo.outer_step, algo.withheld_at = algo.global_flat.clone(), 2, 6
+    algo._write_params(algo.global_flat)
+    algo.finish(6)
+    assert model.w.tolist() == [19.5, 19.5] and algo.momentum.tolist() == [-24.0, -24.0]
+    assert algo.outer_step == 2 and wire.bytes_sent == 0
