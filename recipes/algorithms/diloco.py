@@ -14,10 +14,11 @@ from recipes.algorithms.exchange import Pending
 
 
 def nesterov_outer_step(global_flat: torch.Tensor, momentum: torch.Tensor, avg_delta: torch.Tensor,
-                        lr: float, mu: float) -> None:
-    """PyTorch SGD(nesterov=True) semantics, in place: m = mu m + g; w -= lr (g + mu m)."""
+                        lr: float, mu: float, look_ahead: bool = True) -> None:
+    """PyTorch SGD(nesterov=True) semantics, in place: m = mu m + g; w -= lr (g + mu m).
+    Without `look_ahead` (a run's last sync) the momentum is updated the same and w -= lr g."""
     momentum.mul_(mu).add_(avg_delta)
-    global_flat.sub_(avg_delta.add(momentum, alpha=mu), alpha=lr)
+    global_flat.sub_(avg_delta.add(momentum, alpha=mu) if look_ahead else avg_delta, alpha=lr)
 
 
 class DiLoCo:
@@ -110,13 +111,9 @@ class DiLoCo:
         self.anchor = self.global_flat.clone()
 
     def _nesterov(self, avg_delta: torch.Tensor) -> None:
-        if self.ending_at is None:
-            nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum)
-            self.withheld_at = None  # an ordinary step looks ahead: nothing is owed any more
-            return
-        # the run's last sync: the momentum as usual, then a plain outer step, no look-ahead past the end
-        self.momentum.mul_(self.outer_momentum).add_(avg_delta)
-        self.global_flat.sub_(avg_delta, alpha=self.outer_lr)
+        # the run's last sync takes no look-ahead past the end; an ordinary one leaves nothing owed
+        nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum,
+                            look_ahead=self.ending_at is None)
         self.withheld_at, self.withheld_scale = self.ending_at, self.outer_lr * self.outer_momentum
 
     def _apply_withheld(self) -> None:
@@ -153,6 +150,5 @@ class DiLoCo:
         device = self.params[0].device
         self.pending = None if sent is None else self.exchange.reissue(sent.to(device), async_op=True)
         self.withheld_at, self.withheld_scale = state.get("withheld_at"), state.get("withheld_scale", 0.0)
-        goes_on = self.final_step is None or self.final_step > (self.withheld_at or 0)
-        if self.withheld_at is not None and goes_on:  # the model's weights are loaded before this
-            self._apply_withheld()
+        if self.withheld_at is not None and (self.final_step is None or self.final_step > self.withheld_at):
+            self._apply_withheld()  # the run goes on; the model's weights were loaded before this
