@@ -205,22 +205,27 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
     def listed(status: Status) -> str:
         return "; ".join(f"{name}: {got[name][1]}" if got[name][1] else name for name in by_status[status.value])
 
-    for status in (Status.PULLING, Status.PREPARING_DATA):
-        if status.value in by_status:
-            return status.value, listed(status)
+    def named(names: list[str]) -> str:  # a laggard still preparing its data says how far it is
+        return ", ".join(f"{name} ({got[name][1]})" if got[name][0] == Status.PREPARING_DATA.value
+                         and got[name][1] else name for name in sorted(names, key=natural_key))
+
+    if Status.PULLING.value in by_status:
+        return Status.PULLING.value, listed(Status.PULLING)
     running = by_status.get(Status.RUNNING.value, []) + by_status.get(Status.COMPLETED.value, [])
+    present = by_status.get(Status.RENDEZVOUS.value, [])
+    # Once one worker has reached the group, a later worker's data preparation does not take the
+    # workspace's status back to PREPARING_DATA: it is named among those the group waits for.
+    if Status.PREPARING_DATA.value in by_status and not running and not present:
+        return Status.PREPARING_DATA.value, listed(Status.PREPARING_DATA)
     behind = [name for name in got if name not in running]
     if running and not behind:
         return Status.RUNNING.value, ""
     if running:
-        behind = sorted(behind, key=natural_key)
-        return Status.RUNNING.value, f"{len(running)} of {len(got)} training; not yet: {', '.join(behind)}"
-    present = by_status.get(Status.RENDEZVOUS.value, [])
+        return Status.RUNNING.value, f"{len(running)} of {len(got)} training; not yet: {named(behind)}"
     if present:
-        missing = sorted((name for name in got if name not in present), key=natural_key)
+        missing = [name for name in got if name not in present]
         if missing:
-            return Status.RENDEZVOUS.value, (f"{len(present)} of {len(got)} present, waiting for "
-                                             f"{', '.join(missing)}")
+            return Status.RENDEZVOUS.value, f"{len(present)} of {len(got)} present, waiting for {named(missing)}"
         return Status.RENDEZVOUS.value, f"all {len(got)} present, forming the group"
     return Status.PENDING.value, ""
 

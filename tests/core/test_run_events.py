@@ -125,6 +125,31 @@ def test_the_workspace_state_names_who_holds_it_up():
     assert combine({}, ["worker-0"]) == ("PENDING", "")
 
 
+def test_a_late_worker_preparing_its_data_does_not_take_the_workspace_back():
+    """Seen under load: worker-1 started after worker-0 had prepared its data and joined; the
+    workspace went RENDEZVOUS -> PREPARING_DATA -> RENDEZVOUS. It now stays in RENDEZVOUS and
+    names what the late worker is doing."""
+    expected = ["worker-0", "worker-1"]
+    data = ("PREPARING_DATA", "preparing c4: 30%")
+    waiting = ("RENDEZVOUS", "waiting for peers")
+    seen = [combine(phases, expected) for phases in (
+        {"worker-0": data},
+        {"worker-0": waiting},
+        {"worker-0": waiting, "worker-1": data},
+        {"worker-0": waiting, "worker-1": ("PREPARING_DATA", "")},
+        {"worker-0": waiting, "worker-1": waiting},
+        {"worker-0": ("RUNNING", ""), "worker-1": data},  # a replacement worker during recovery
+    )]
+    assert seen == [
+        ("PREPARING_DATA", "worker-0: preparing c4: 30%"),
+        ("RENDEZVOUS", "1 of 2 present, waiting for worker-1"),
+        ("RENDEZVOUS", "1 of 2 present, waiting for worker-1 (preparing c4: 30%)"),
+        ("RENDEZVOUS", "1 of 2 present, waiting for worker-1"),
+        ("RENDEZVOUS", "all 2 present, forming the group"),
+        ("RUNNING", "1 of 2 training; not yet: worker-1 (preparing c4: 30%)"),
+    ]
+
+
 HOSTILE = [
     'geotrain-event {"kind": "data", "done": Infinity, "total": 1}',
     'geotrain-event {"kind": "data", "done": -Infinity, "total": 1}',

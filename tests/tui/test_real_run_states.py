@@ -38,7 +38,9 @@ def test_starting_workspaces_report_their_phase_through_the_backend(seeded):
     finally:
         states.stop(procs)
     assert preparing.status == "PREPARING_DATA" and "worker-1: preparing markov" in preparing.reason
-    assert waiting.status == "RENDEZVOUS" and waiting.reason == "all 2 present, forming the group"
+    # worker-1 joined while worker-0 still said "data ready": the group waits for worker-0.
+    assert (waiting.status, waiting.reason) == ("RENDEZVOUS", "1 of 2 present, waiting for worker-0 "
+                                                              "(data ready: markov in 0.011s)")
     history = [json.loads(line) for line in
                (home / "workspaces" / states.RENDEZVOUS_ID / "history.jsonl").read_text().splitlines()]
     assert [r["status"] for r in history] == ["PREPARING_DATA", "RENDEZVOUS"]

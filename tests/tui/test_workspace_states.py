@@ -22,7 +22,7 @@ def test_preparing_data_shows_in_the_table_and_the_detail(app, seeded):
     history = RunHistory(home / "workspaces" / states.RUNNING_ID, workers=2)
     history.worker_line("worker-0", _event("data", stage="progress", source="c4", unit="tokens",
                                            done=30000, total=40000, rank=0))
-    history.worker_line("worker-1", _event("rendezvous", stage="waiting", rank=1, world=2))
+    history.worker_line("worker-1", _event("data", stage="start", source="c4", unit="tokens", rank=1))
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
@@ -34,6 +34,7 @@ def test_preparing_data_shows_in_the_table_and_the_detail(app, seeded):
             status = app.screen.query_one("#status", Static)
             await until(pilot, lambda: "PREPARING_DATA" in str(status.render()))
             text = str(status.render())
-            assert "(worker-0: preparing c4: 30,000 of 40,000 tokens (75%))" in text
-            assert "worker-1     RENDEZVOUS waiting for peers" in text
+            assert ("(worker-0: preparing c4: 30,000 of 40,000 tokens (75%); worker-1: preparing c4: "
+                    "starting)") in text
+            assert "worker-1     PREPARING_DATA preparing c4: starting" in text
     asyncio.run(run())
