@@ -39,6 +39,7 @@ class Compression:
     topk: int = 4
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    overlap_momentum: float = 0.9  # the outer momentum with diloco.overlap (eager updates)
     fragments: int = 1
     rotate: bool = False
     density: float = 1.0
@@ -121,6 +122,8 @@ def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compre
         outer_lr=cfg.diloco.outer_lr if cfg.diloco.outer_lr is not None else preset.get("outer_lr", 0.7),
         outer_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
                         else preset.get("outer_momentum", 0.9)),
+        overlap_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
+                          else preset.get("overlap_momentum", preset.get("outer_momentum", 0.9))),
         fragments=cfg.diloco.fragments or preset.get("fragments", 1),
         rotate=cfg.diloco.rotate if cfg.diloco.rotate is not None else bool(preset.get("rotate", False)),
         density=cfg.diloco.density if cfg.diloco.density is not None else float(preset.get("density", 1.0)),

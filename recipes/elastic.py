@@ -222,7 +222,7 @@ class Membership:
         algo = trainer.algo
         if getattr(algo, "overlap", False):
             say(self.rank, "elastic mode: overlap is turned off (an outer step must land before members change)")
-            algo.overlap = False
+            algo.stop_overlap()
         self._inner_sync = algo.sync
         algo.sync = self.outer_sync
 

@@ -36,7 +36,7 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
         exchange = _diloco_exchange(numel, comp, cfg, wire)
     algo = DiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
                   outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap,
-                  flush_bits=cfg.diloco.flush_bits, final_step=cfg.steps)
+                  overlap_momentum=comp.overlap_momentum, flush_bits=cfg.diloco.flush_bits, final_step=cfg.steps)
     if comp.algorithm == "demo":
         algo.name = "demo"
         if cfg.demo.sign_step:
@@ -78,4 +78,5 @@ def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wi
     exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback,
                                     lan_exchange=twin, rotate=comp.rotate)
     return HierarchicalDiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
-                              outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap, final_step=cfg.steps)
+                              outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap,
+                              overlap_momentum=comp.overlap_momentum, final_step=cfg.steps)

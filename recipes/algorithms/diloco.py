@@ -2,8 +2,11 @@
 
 The global weights and the outer momentum live on the CPU (off the accelerator),
 as one flat fp32 vector each. pseudo-gradient = global - local. With `overlap`,
-the exchange of outer step k is waited for only at outer step k+1, and each rank
-keeps its own unsynced progress on top of the (one-step-delayed) global weights.
+the exchange of outer step k is waited for only at outer step k+1, with eager updates
+(Kale, Douillard and Donchev 2025): each rank goes on from an outer step that takes its own fresh
+pseudo-gradient for its share of the average (1/M) and the rest from the average landed one step
+late. The shared global weights replay the mean of those steps once the average is in, so every
+rank holds the same global weights and the ranks end equal.
 """
 
 from __future__ import annotations
@@ -28,11 +31,15 @@ class DiLoCo:
 
     def __init__(self, model: torch.nn.Module, exchange, *, inner_steps: int, outer_lr: float,
                  outer_momentum: float, overlap: bool = False, outer_update=None, flush_bits: int = 0,
-                 final_step: int | None = None) -> None:
+                 final_step: int | None = None, overlap_momentum: float | None = None) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.exchange = exchange
         self.inner_steps = inner_steps
-        self.outer_lr, self.outer_momentum = outer_lr, outer_momentum
+        # with `overlap` the outer momentum may differ (the presets' overlap_momentum): a step that lands one
+        # phase late pushes on with the momentum of phases the workers have already trained past
+        self.plain_momentum = outer_momentum
+        self.overlap_momentum = outer_momentum if overlap_momentum is None else overlap_momentum
+        self.outer_lr, self.outer_momentum = outer_lr, self.overlap_momentum if overlap else outer_momentum
         self.overlap = overlap
         self.flush_bits = flush_bits
         self.outer_update = outer_update or self._nesterov
@@ -40,9 +47,13 @@ class DiLoCo:
         self.anchor = self.global_flat.clone()  # where this phase's inner steps started
         self.momentum = torch.zeros_like(self.global_flat)
         self.pending: Pending | None = None
+        # overlap: this rank's share of the averaged pseudo-gradient, and what the shared global weights
+        # still owe of the latest landed average (the part the eager step took from this rank's own delta)
+        self.share = 1.0 / exchange.wire.world_size
+        self.owed = torch.zeros_like(self.global_flat)
         self.outer_step = 0
         # the run's last step: when a multiple of H, its sync is the run's last (a last partial
-        # phase is synced by finish()); either takes no look-ahead, without `overlap`
+        # phase is synced by finish()); either takes no look-ahead (with `overlap`, the landing in finish())
         self.final_step = final_step
         self.ending_at: int | None = None  # the step whose sync is the run's last, while it runs
         self.withheld_at: int | None = None  # the step whose last sync withheld the look-ahead
@@ -51,10 +62,14 @@ class DiLoCo:
     def after_backward(self) -> None:
         """Inner steps are purely local."""
 
+    def stop_overlap(self) -> None:
+        """Wait for every exchange from now on (elastic mode), with the outer momentum of plain DiLoCo."""
+        self.overlap, self.outer_momentum = False, self.plain_momentum
+
     def after_optimizer_step(self, step: int) -> bool:
         """Run the outer step after every H-th inner step; True when one ran. The sync at `final_step`
         (the run's last step, when it ends on a whole phase) is the run's last: no look-ahead
-        (without `overlap`)."""
+        (with `overlap` its exchange lands in finish(), the run's last outer step)."""
         if step % self.inner_steps:
             return False
         self._sync(step, last=step == self.final_step)
@@ -77,12 +92,14 @@ class DiLoCo:
             self.anchor = self.global_flat.clone()
         else:
             started = self.exchange.start(delta, async_op=True)
-            if self.pending is not None:
-                self.outer_update(self.exchange.finish(self.pending).cpu())
+            if self.pending is not None:  # the previous sync's average: replay the mean of the ranks' eager steps
+                landed = self.exchange.finish(self.pending).cpu()
+                self.outer_update(self._eager_input(landed))
+                self.owed = landed
             self.pending = started
-            own_progress = self.global_flat - delta.cpu()
-            self._write_params(own_progress)
-            self.anchor = own_progress
+            eager = self._tentative(self._eager_input(delta.cpu()))
+            self._write_params(eager)
+            self.anchor = eager
         self.outer_step += 1
 
     def finish(self, step: int) -> None:
@@ -97,13 +114,19 @@ class DiLoCo:
         (`withheld_at`): a run resumed with more steps applies it first (load_state_dict), so it goes
         on from where an ordinary sync would have left it (exactly so after a whole phase and without
         `flush_bits`; a partial phase's sync has happened). A worker that joined after the last sync
-        (elastic: it has the others' `withheld_at`) does not sync again. With `overlap` the landing
-        exchanges keep the look-ahead (not measured); Streaming DiLoCo's last fragment syncs keep it too."""
+        (elastic: it has the others' `withheld_at`) does not sync again. With `overlap` the last
+        exchange lands here, with what the shared weights still owe of the one before, as the run's
+        last outer step (no look-ahead); Streaming DiLoCo's last fragment syncs keep the look-ahead."""
         if step % self.inner_steps and self.withheld_at != step:
             self._sync(step, last=True)
-        if self.pending is not None:
-            self.outer_update(self.exchange.finish(self.pending).cpu())
+        if self.pending is not None:  # the run's last outer step: what is owed and the last average in full
+            self.ending_at = step
+            try:
+                self.outer_update(self.owed.mul(1 - self.share).add(self.exchange.finish(self.pending).cpu()))
+            finally:
+                self.ending_at = None
             self.pending = None
+            self.owed = torch.zeros_like(self.global_flat)
         residual = self.exchange.flush(self.flush_bits) if self.flush_bits and hasattr(self.exchange, "flush") else None
         if residual is not None:  # a plain outer SGD step: the residual is progress that was never applied
             self.global_flat.sub_(residual.cpu(), alpha=self.outer_lr)
@@ -115,6 +138,21 @@ class DiLoCo:
         nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum,
                             look_ahead=self.ending_at is None)
         self.withheld_at, self.withheld_scale = self.ending_at, self.outer_lr * self.outer_momentum
+
+    def _eager_input(self, fresh: torch.Tensor) -> torch.Tensor:
+        """The outer step's input with overlap: (1 - 1/M) x the average landed one sync late, plus 1/M x
+        `fresh` (this rank's own pseudo-gradient for its eager step; the landed average for the replay)."""
+        return self.owed.mul(1 - self.share).add(fresh, alpha=self.share)
+
+    def _tentative(self, step_in: torch.Tensor) -> torch.Tensor:
+        """The weights one outer step on from the shared state, leaving the shared state as it is."""
+        kept = self.global_flat, self.momentum
+        self.global_flat, self.momentum = self.global_flat.clone(), self.momentum.clone()
+        try:
+            self.outer_update(step_in)
+            return self.global_flat
+        finally:
+            self.global_flat, self.momentum = kept
 
     def _apply_withheld(self) -> None:
         """A run that ended here goes on (resumed with more steps): take the look-ahead its last sync
@@ -140,7 +178,7 @@ class DiLoCo:
         return {"global": self.global_flat, "anchor": self.anchor, "momentum": self.momentum,
                 "outer_step": self.outer_step, "exchange": self.exchange.state_dict(),
                 "withheld_at": self.withheld_at, "withheld_scale": self.withheld_scale,
-                "pending_sent": None if self.pending is None else self.pending.sent.cpu()}
+                "pending_sent": None if self.pending is None else self.pending.sent.cpu(), "owed": self.owed}
 
     def load_state_dict(self, state: dict) -> None:
         self.global_flat, self.anchor = state["global"], state["anchor"]
@@ -149,6 +187,7 @@ class DiLoCo:
         sent = state.get("pending_sent")
         device = self.params[0].device
         self.pending = None if sent is None else self.exchange.reissue(sent.to(device), async_op=True)
+        self.owed = state.get("owed", torch.zeros_like(self.global_flat))
         self.withheld_at, self.withheld_scale = state.get("withheld_at"), state.get("withheld_scale", 0.0)
         if self.withheld_at is not None and (self.final_step is None or self.final_step > self.withheld_at):
             self._apply_withheld()  # the run goes on; the model's weights were loaded before this

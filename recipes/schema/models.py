@@ -84,7 +84,8 @@ class DilocoConfig(Section):
     flush_bits: Int = 0
     """At the end of training, send the error-feedback residual once at these bits (0 = drop it)."""
     overlap: Bool = False
-    """Run the outer all-reduce during the next inner steps (one-outer-step-delayed update)."""
+    """Run the outer exchange during the next inner steps; each rank goes on from an eager outer step (its own
+    fresh pseudo-gradient for its share of the average, the rest from the average that landed one step late)."""
     density: Optional[Float] = Field(None, gt=0, le=1)
     """Fraction of the values each quantised sync sends: the same random subset on every rank, the rest
     waits in error feedback (no index bits); null takes the preset's (1)."""

@@ -83,6 +83,26 @@ def test_algorithm_and_outer_settings_come_from_the_preset_unless_overridden():
     assert (comp.algorithm, comp.outer_momentum) == ("demo", 0.5)
 
 
+def test_an_overlapped_run_takes_the_presets_overlap_momentum_unless_one_is_set():
+    from recipes.algorithms import build_algorithm
+    from recipes.distributed import Wire
+    from recipes.models import build_model
+
+    base = {"model": "gpt-neo", "size": "tiny", "steps": 20, "out_dir": "unused", "gradient_compression": "medium"}
+    model, _ = build_model("gpt-neo", "tiny")
+    overlapped = parse_config(base, ["diloco.overlap=true"])
+    comp = resolve_compression(overlapped)
+    assert (comp.outer_momentum, comp.overlap_momentum) == (0.6, 0.4)
+    algo = build_algorithm(model, comp, overlapped, Wire(1))
+    assert algo.outer_momentum == 0.4
+    algo.stop_overlap()  # elastic mode waits for every exchange: plain DiLoCo's momentum again
+    assert (algo.overlap, algo.outer_momentum) == (False, 0.6)
+    plain = parse_config(base)
+    assert build_algorithm(model, resolve_compression(plain), plain, Wire(1)).outer_momentum == 0.6
+    mine = parse_config(base, ["diloco.overlap=true", "diloco.outer_momentum=0.7"])
+    assert build_algorithm(model, resolve_compression(mine), mine, Wire(1)).outer_momentum == 0.7
+
+
 def test_rotation_and_subsets_come_from_the_preset_unless_overridden():
     base = {"model": "gpt-neo", "size": "tiny", "gradient_compression": "high"}
     comp = resolve_compression(parse_config(base))

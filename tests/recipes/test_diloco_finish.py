@@ -18,10 +18,10 @@ class One(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.zeros(2))
 
 
-def _diloco(final_step: int | None) -> tuple[One, DiLoCo, Wire]:
+def _diloco(final_step: int | None, overlap: bool = False) -> tuple[One, DiLoCo, Wire]:
     model, wire = One(), Wire(2)
     algo = DiLoCo(model, FullPrecisionExchange(2, 32, wire), inner_steps=4, outer_lr=0.5, outer_momentum=0.5,
-                  final_step=final_step)
+                  final_step=final_step, overlap=overlap)
     return model, algo, wire
 
 
@@ -36,8 +36,8 @@ def _train(rank: int, model: One, algo: DiLoCo, first: int, last: int) -> list:
     return seen
 
 
-def _run(rank: int, steps: int, final_step: int | None) -> list:
-    model, algo, wire = _diloco(final_step)
+def _run(rank: int, steps: int, final_step: int | None, overlap: bool = False) -> list:
+    model, algo, wire = _diloco(final_step, overlap)
     seen = _train(rank, model, algo, 1, steps)
     return [*seen, model.w.tolist(), algo.momentum.tolist(), wire.bytes_sent]
 
@@ -80,6 +80,30 @@ def test_a_run_ending_on_a_whole_phase_steps_without_look_ahead_at_final_step(tm
     assert open_ended[1] == open_ended[2] == [42.375, 42.375]
     assert open_ended[3] == [-46.5, -46.5]
     assert open_ended[4] == 2 * 8
+
+
+def _overlapped(rank: int) -> list:
+    return _run(rank, 8, final_step=8, overlap=True)
+
+
+@pytest.mark.timeout(120)
+def test_an_overlapped_run_takes_eager_steps_and_ends_equal_without_look_ahead(tmp_path):
+    r0, r1 = two_gloo_ranks(_overlapped, tmp_path)
+    # Step 4: deltas -10 and -20 start on the wire; nothing has landed. Each rank's eager step takes its
+    # own delta for its share (1/2) of the average: input -5 (rank 0) and -10 (rank 1), m = input,
+    # w = -0.5 * (input + 0.5 * input) -> 3.75 and 7.5. The shared weights stay at 0.
+    assert r0[0] == [3.75, 3.75] and r1[0] == [7.5, 7.5]
+    # Step 8: deltas -26 and -52 start; the average of step 4 (-15) lands, and the shared weights
+    # replay the mean of the ranks' eager steps: input 0.5 * -15, m = -7.5, w = -0.5 * -11.25 = 5.625.
+    # Eager steps on from there: input 0.5 * -15 + 0.5 * delta = -20.5 and -33.5, m = 0.5 * -7.5 + input,
+    # w = 5.625 - 0.5 * (input + 0.5 * m) -> 21.9375 and 31.6875.
+    assert r0[1] == [21.9375, 21.9375] and r1[1] == [31.6875, 31.6875]
+    # finish(8): the last average (-39) lands with what the shared weights still owe of step 4's
+    # (0.5 * -15), as the run's last outer step without look-ahead: input -46.5, m = 0.5 * -7.5 - 46.5,
+    # w = 5.625 + 0.5 * 46.5 = 28.875, on both ranks. The inputs add up to the averages, -15 - 39.
+    assert r0[2] == r1[2] == [28.875, 28.875]
+    assert r0[3] == r1[3] == [-50.25, -50.25]
+    assert r0[4] == r1[4] == 2 * 8
 
 
 def _extended(rank: int) -> list:

@@ -111,7 +111,7 @@ def test_an_overlapped_exchange_keeps_replicas_equal_and_lands_before_the_end(pr
     assert [p["step"] for p in probe if p["outer"]] == [3, 6, 9]
     for p in probe:
         assert p["dc_equal"] == [True, True], p  # the background exchange never desyncs a datacenter
-    # between outer steps each datacenter keeps its own progress on the one-step-delayed weights
+    # between outer steps each datacenter trains on from its own eager outer step
     assert not any(p["all_equal"] for p in probe if p["step"] > INNER)
     final = json.loads((out / "final.json").read_text())
     assert final["all_equal"] and final["exchange_thread"] == "geotrain-wan-exchange"
