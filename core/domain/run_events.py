@@ -156,6 +156,7 @@ class WorkerPhase:
     status: str = Status.PENDING.value
     detail: str = ""
     step: int | None = None
+    data_ready: bool = False  # reported its data prepared (elastic workers do so before they join)
 
     def feed(self, line: str) -> bool:
         """Take one output line; True when the phase or its detail changed."""
@@ -181,6 +182,7 @@ class WorkerPhase:
             return  # a late report from a worker that already trains
         if kind == "data":
             self.status = Status.PREPARING_DATA.value
+            self.data_ready = event.get("stage") == "done"
             self.detail = ("data ready: " if event.get("stage") == "done" else "preparing ") + data_detail(event)
         elif kind == "rendezvous":
             self.status = Status.RENDEZVOUS.value
@@ -192,8 +194,12 @@ class WorkerPhase:
 
 
 def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str]) -> tuple[str, str]:
-    """The workspace's status and reason from its workers' phases (missing ones are PENDING)."""
+    """The workspace's status and reason from its workers' phases (missing ones are PENDING).
+    Before training, the slowest phase shows (PULLING, then PREPARING_DATA), except that a late
+    worker's data preparation does not take back a workspace where a worker has joined with its
+    data ready; once a worker trains, the workspace is RUNNING and the others are named."""
     got = {name: (p.status, p.detail) if isinstance(p, WorkerPhase) else p for name, p in phases.items()}
+    ready = {name for name, p in phases.items() if isinstance(p, WorkerPhase) and p.data_ready}
     for name in expected:
         got.setdefault(name, (Status.PENDING.value, "not started"))
     by_status: dict[str, list[str]] = {}
@@ -205,17 +211,18 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
     def listed(status: Status) -> str:
         return "; ".join(f"{name}: {got[name][1]}" if got[name][1] else name for name in by_status[status.value])
 
-    def named(names: list[str]) -> str:  # a laggard still preparing its data says how far it is
-        return ", ".join(f"{name} ({got[name][1]})" if got[name][0] == Status.PREPARING_DATA.value
+    def named(names: list[str]) -> str:  # a laggard pulling or preparing its data says how far it is
+        return ", ".join(f"{name} ({got[name][1]})" if got[name][0] in (Status.PULLING.value, Status.PREPARING_DATA.value)
                          and got[name][1] else name for name in sorted(names, key=natural_key))
 
-    if Status.PULLING.value in by_status:
-        return Status.PULLING.value, listed(Status.PULLING)
     running = by_status.get(Status.RUNNING.value, []) + by_status.get(Status.COMPLETED.value, [])
     present = by_status.get(Status.RENDEZVOUS.value, [])
-    # Once one worker has reached the group, a later worker's data preparation does not take the
-    # workspace's status back to PREPARING_DATA: it is named among those the group waits for.
-    if Status.PREPARING_DATA.value in by_status and not running and not present:
+    if Status.PULLING.value in by_status and not running:
+        return Status.PULLING.value, listed(Status.PULLING)
+    # A worker that joined with its data ready (elastic: data first, then the group) keeps the
+    # workspace in RENDEZVOUS while a late one prepares its data; it is named among those awaited.
+    # Under torchrun workers join first and prepare data after, so there PREPARING_DATA shows.
+    if Status.PREPARING_DATA.value in by_status and not running and not ready & set(present):
         return Status.PREPARING_DATA.value, listed(Status.PREPARING_DATA)
     behind = [name for name in got if name not in running]
     if running and not behind:

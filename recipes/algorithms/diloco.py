@@ -6,7 +6,9 @@ the exchange of outer step k is waited for only at outer step k+1, with eager up
 (Kale, Douillard and Donchev 2025): each rank goes on from an outer step that takes its own fresh
 pseudo-gradient for its share of the average (1/M) and the rest from the average landed one step
 late. The shared global weights replay the mean of those steps once the average is in, so every
-rank holds the same global weights and the ranks end equal.
+rank holds the same global weights and the ranks end equal. (The replay is exact for full-precision
+exchanges; with quantised ones a rank's eager step used its raw pseudo-gradient, the average holds
+what was sent, and error feedback sends the rest later.)
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ class DiLoCo:
         local = self._local_flat()
         delta = self.anchor.to(local.device) - local
         if not self.overlap:
+            if self.pending is not None:  # left in flight by an overlapped run resumed without overlap
+                ending, self.ending_at = self.ending_at, None  # an ordinary step: this sync's own comes after it
+                try:
+                    self._land()
+                finally:
+                    self.ending_at = ending
             avg = self.exchange.finish(self.exchange.start(delta))
             self.outer_update(avg.cpu())
             self._write_params(self.global_flat)
@@ -119,14 +127,12 @@ class DiLoCo:
         last outer step (no look-ahead); Streaming DiLoCo's last fragment syncs keep the look-ahead."""
         if step % self.inner_steps and self.withheld_at != step:
             self._sync(step, last=True)
-        if self.pending is not None:  # the run's last outer step: what is owed and the last average in full
+        if self.pending is not None:  # the run's last outer step
             self.ending_at = step
             try:
-                self.outer_update(self.owed.mul(1 - self.share).add(self.exchange.finish(self.pending).cpu()))
+                self._land()
             finally:
                 self.ending_at = None
-            self.pending = None
-            self.owed = torch.zeros_like(self.global_flat)
         residual = self.exchange.flush(self.flush_bits) if self.flush_bits and hasattr(self.exchange, "flush") else None
         if residual is not None:  # a plain outer SGD step: the residual is progress that was never applied
             self.global_flat.sub_(residual.cpu(), alpha=self.outer_lr)
@@ -138,6 +144,14 @@ class DiLoCo:
         nesterov_outer_step(self.global_flat, self.momentum, avg_delta, self.outer_lr, self.outer_momentum,
                             look_ahead=self.ending_at is None)
         self.withheld_at, self.withheld_scale = self.ending_at, self.outer_lr * self.outer_momentum
+
+    def _land(self) -> None:
+        """The exchange in flight, with what the shared weights still owe of the one before, in one
+        outer step; nothing is owed after it."""
+        if self.pending is not None:
+            self.outer_update(self.owed.mul(1 - self.share).add(self.exchange.finish(self.pending).cpu()))
+            self.pending = None
+            self.owed = torch.zeros_like(self.global_flat)
 
     def _eager_input(self, fresh: torch.Tensor) -> torch.Tensor:
         """The outer step's input with overlap: (1 - 1/M) x the average landed one sync late, plus 1/M x

@@ -126,28 +126,43 @@ def test_the_workspace_state_names_who_holds_it_up():
 
 
 def test_a_late_worker_preparing_its_data_does_not_take_the_workspace_back():
-    """Seen under load: worker-1 started after worker-0 had prepared its data and joined; the
-    workspace went RENDEZVOUS -> PREPARING_DATA -> RENDEZVOUS. It now stays in RENDEZVOUS and
-    names what the late worker is doing."""
+    """Seen under load with elastic (local) workers, which prepare their data before they join:
+    worker-1 started after worker-0 had joined; the workspace went RENDEZVOUS -> PREPARING_DATA ->
+    RENDEZVOUS. It now stays in RENDEZVOUS and names what the late worker is doing."""
     expected = ["worker-0", "worker-1"]
-    data = ("PREPARING_DATA", "preparing c4: 30%")
-    waiting = ("RENDEZVOUS", "waiting for peers")
-    seen = [combine(phases, expected) for phases in (
-        {"worker-0": data},
-        {"worker-0": waiting},
-        {"worker-0": waiting, "worker-1": data},
-        {"worker-0": waiting, "worker-1": ("PREPARING_DATA", "")},
-        {"worker-0": waiting, "worker-1": waiting},
-        {"worker-0": ("RUNNING", ""), "worker-1": data},  # a replacement worker during recovery
-    )]
-    assert seen == [
-        ("PREPARING_DATA", "worker-0: preparing c4: 30%"),
-        ("RENDEZVOUS", "1 of 2 present, waiting for worker-1"),
-        ("RENDEZVOUS", "1 of 2 present, waiting for worker-1 (preparing c4: 30%)"),
-        ("RENDEZVOUS", "1 of 2 present, waiting for worker-1"),
-        ("RENDEZVOUS", "all 2 present, forming the group"),
-        ("RUNNING", "1 of 2 training; not yet: worker-1 (preparing c4: 30%)"),
-    ]
+    w0, w1 = WorkerPhase(), WorkerPhase()
+    seen = []
+
+    def after(worker: WorkerPhase, text: str) -> None:
+        worker.feed(text)
+        seen.append(combine({name: w for name, w in (("worker-0", w0), ("worker-1", w1)) if w.status != "PENDING"},
+                            expected))
+
+    data = dict(source="c4", unit="tokens")
+    after(w0, line("data", stage="progress", done=30, total=100, **data, rank=0))
+    after(w0, line("data", stage="done", done=100, seconds=1.5, **data, rank=0))
+    after(w0, line("rendezvous", stage="waiting", rank=0, world=2))
+    after(w1, line("data", stage="progress", done=30, total=100, **data, rank=1))
+    after(w1, line("data", stage="done", done=100, seconds=1.5, **data, rank=1))
+    after(w1, line("rendezvous", stage="waiting", rank=1, world=2))
+    after(w0, "[rank 0] step 5/20 loss 5.3")
+    assert [status for status, _ in seen] == ["PREPARING_DATA"] * 2 + ["RENDEZVOUS"] * 4 + ["RUNNING"]
+    assert seen[3] == ("RENDEZVOUS", "1 of 2 present, waiting for worker-1 (preparing c4: 30 of 100 tokens (30%))")
+    assert seen[-1] == ("RUNNING", "1 of 2 training; not yet: worker-1")
+
+
+def test_workers_that_join_before_their_data_leave_preparing_data_showing():
+    """Under torchrun (Kubernetes pods) workers join first and prepare data after; a pod with no
+    output yet reads RENDEZVOUS. Their data preparation still shows as PREPARING_DATA."""
+    joined, data = ("RENDEZVOUS", "joined the group"), ("PREPARING_DATA", "preparing c4: 3%")
+    assert combine({"master-0": data, "worker-0": joined}, ["master-0", "worker-0"]) == \
+        ("PREPARING_DATA", "master-0: preparing c4: 3%")
+    # once one trains, a replacement pod pulling its image or preparing data is named, not shown instead
+    running, pulling = ("RUNNING", ""), ("PULLING", "pulling img on gpu-b")
+    assert combine({"master-0": running, "worker-0": pulling}, ["master-0", "worker-0"]) == \
+        ("RUNNING", "1 of 2 training; not yet: worker-0 (pulling img on gpu-b)")
+    assert combine({"master-0": running, "worker-0": data}, ["master-0", "worker-0"]) == \
+        ("RUNNING", "1 of 2 training; not yet: worker-0 (preparing c4: 3%)")
 
 
 HOSTILE = [

@@ -21,24 +21,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _gloo_rank(rank: int, port: int, out: str, body) -> None:
+def _gloo_rank(rank: int, port: int, out: str, body, world: int = 2) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     result = body(rank)
     with open(f"{out}/rank{rank}.json", "w") as fh:
         json.dump(result, fh)
     dist.destroy_process_group()
 
 
-def two_gloo_ranks(body, out: Path) -> list:
-    """`body(rank)` in two real spawned processes joined by a gloo process group; what each
+def gloo_ranks(body, out: Path, world: int) -> list:
+    """`body(rank)` in `world` real spawned processes joined by a gloo process group; what each
     returned (JSON), by rank. `body` must be a module-level function (spawn pickles it by name)."""
     import torch.multiprocessing as mp
 
-    mp.start_processes(_gloo_rank, args=(free_port(), str(out), body), nprocs=2, start_method="spawn")
-    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    mp.start_processes(_gloo_rank, args=(free_port(), str(out), body, world), nprocs=world, start_method="spawn")
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(world)]
+
+
+def two_gloo_ranks(body, out: Path) -> list:
+    return gloo_ranks(body, out, 2)
 
 
 def recipe_env(**extra: str) -> dict:

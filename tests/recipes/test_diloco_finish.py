@@ -9,7 +9,7 @@ import torch
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import FullPrecisionExchange
 from recipes.distributed import Wire
-from tests.recipes.conftest import two_gloo_ranks
+from tests.recipes.conftest import gloo_ranks, two_gloo_ranks
 
 
 class One(torch.nn.Module):
@@ -18,8 +18,8 @@ class One(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.zeros(2))
 
 
-def _diloco(final_step: int | None, overlap: bool = False) -> tuple[One, DiLoCo, Wire]:
-    model, wire = One(), Wire(2)
+def _diloco(final_step: int | None, overlap: bool = False, world: int = 2) -> tuple[One, DiLoCo, Wire]:
+    model, wire = One(), Wire(world)
     algo = DiLoCo(model, FullPrecisionExchange(2, 32, wire), inner_steps=4, outer_lr=0.5, outer_momentum=0.5,
                   final_step=final_step, overlap=overlap)
     return model, algo, wire
@@ -36,8 +36,8 @@ def _train(rank: int, model: One, algo: DiLoCo, first: int, last: int) -> list:
     return seen
 
 
-def _run(rank: int, steps: int, final_step: int | None, overlap: bool = False) -> list:
-    model, algo, wire = _diloco(final_step, overlap)
+def _run(rank: int, steps: int, final_step: int | None, overlap: bool = False, world: int = 2) -> list:
+    model, algo, wire = _diloco(final_step, overlap, world)
     seen = _train(rank, model, algo, 1, steps)
     return [*seen, model.w.tolist(), algo.momentum.tolist(), wire.bytes_sent]
 
@@ -104,6 +104,54 @@ def test_an_overlapped_run_takes_eager_steps_and_ends_equal_without_look_ahead(t
     assert r0[2] == r1[2] == [28.875, 28.875]
     assert r0[3] == r1[3] == [-50.25, -50.25]
     assert r0[4] == r1[4] == 2 * 8
+
+
+def _overlapped_three(rank: int) -> list:
+    return _run(rank, 8, final_step=8, overlap=True, world=3)
+
+
+@pytest.mark.timeout(120)
+def test_eager_steps_take_one_mth_of_the_own_delta_and_the_rest_of_the_landed_average(tmp_path):
+    """Three ranks, so that 1/M and 1 - 1/M differ (with two a swap of the shares would pass)."""
+    ranks = gloo_ranks(_overlapped_three, tmp_path, 3)
+    # Step 4: deltas -10, -20, -30 start (average -20). Eager input = own delta / 3; from 0,
+    # w = -0.5 * 1.5 * input -> 2.5, 5, 7.5.
+    assert [r[0] for r in ranks] == [[2.5, 2.5], [5.0, 5.0], [7.5, 7.5]]
+    # Step 8: deltas -26, -52, -78 start (average -52); -20 lands: the shared weights take 1/3 of it,
+    # input -20/3, m = -20/3, w = -0.5 * 1.5 * -20/3 = 5. Eager input = 2/3 * -20 + delta / 3 = -22,
+    # -92/3, -118/3; m = 0.5 * -20/3 + input; w = 5 - 0.5 * (input + 0.5 * m) -> 67/3, 173/6, 106/3.
+    assert [r[1][0] for r in ranks] == pytest.approx([67 / 3, 173 / 6, 106 / 3], rel=1e-6)
+    # finish(8): input 2/3 * -20 + -52 = -196/3 (the inputs add up to -20 - 52), no look-ahead:
+    # w = 5 + 0.5 * 196/3 = 113/3, m = 0.5 * -20/3 - 196/3 = -206/3, equal on every rank.
+    assert ranks[0][2] == ranks[1][2] == ranks[2][2] and ranks[0][2][0] == pytest.approx(113 / 3, rel=1e-6)
+    assert ranks[0][3] == ranks[1][3] == ranks[2][3] and ranks[0][3][0] == pytest.approx(-206 / 3, rel=1e-6)
+
+
+def _overlap_then_plain(rank: int) -> list:
+    """An overlapped run checkpointed after step 4 (its first exchange in flight), resumed without overlap."""
+    model, algo, _ = _diloco(final_step=8, overlap=True)
+    with torch.no_grad():
+        for step in range(1, 5):
+            model.w.add_((rank + 1) * step)
+            algo.after_optimizer_step(step)
+    assert algo.pending is not None  # in flight when the checkpoint is taken
+    saved_model = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_algo = {k: v.clone() if torch.is_tensor(v) else v for k, v in algo.state_dict().items()}
+    algo.exchange.finish(algo.pending)  # the first run's exchange completes on the group before the resume
+    resumed, plain, wire = _diloco(final_step=8)
+    resumed.load_state_dict(saved_model)
+    plain.load_state_dict(saved_algo)
+    _train(rank, resumed, plain, 5, 8)
+    return [resumed.w.tolist(), plain.momentum.tolist(), plain.pending is None]
+
+
+@pytest.mark.timeout(120)
+def test_an_exchange_left_in_flight_lands_when_the_run_resumes_without_overlap(tmp_path):
+    r0, r1 = two_gloo_ranks(_overlap_then_plain, tmp_path)
+    # the re-sent exchange of step 4 (-15) lands at the sync of step 8 before that sync's own
+    # average (-39): m = -15, w = 11.25 as in a plain run, then the run's last step to 30.75 with
+    # m = -46.5, where the plain 8-step run ends
+    assert r0 == r1 == [[30.75, 30.75], [-46.5, -46.5], True]
 
 
 def _extended(rank: int) -> list:
