@@ -13,6 +13,8 @@ what was sent, and error feedback sends the rest later.)
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from recipes.algorithms.exchange import Pending
@@ -41,7 +43,7 @@ class DiLoCo:
         # phase late pushes on with the momentum of phases the workers have already trained past
         self.plain_momentum = outer_momentum
         self.overlap_momentum = outer_momentum if overlap_momentum is None else overlap_momentum
-        self.outer_lr, self.outer_momentum = outer_lr, self.overlap_momentum if overlap else outer_momentum
+        self.outer_lr = outer_lr
         self.overlap = overlap
         self.flush_bits = flush_bits
         self.outer_update = outer_update or self._nesterov
@@ -64,9 +66,22 @@ class DiLoCo:
     def after_backward(self) -> None:
         """Inner steps are purely local."""
 
+    @property
+    def outer_momentum(self) -> float:
+        return self.overlap_momentum if self.overlap else self.plain_momentum
+
     def stop_overlap(self) -> None:
         """Wait for every exchange from now on (elastic mode), with the outer momentum of plain DiLoCo."""
-        self.overlap, self.outer_momentum = False, self.plain_momentum
+        self.overlap = False
+
+    @contextmanager
+    def _ending_at(self, step: int | None):
+        """While inside, the outer update takes `step` as the run's last sync (None: an ordinary one)."""
+        before, self.ending_at = self.ending_at, step
+        try:
+            yield
+        finally:
+            self.ending_at = before
 
     def after_optimizer_step(self, step: int) -> bool:
         """Run the outer step after every H-th inner step; True when one ran. The sync at `final_step`
@@ -78,22 +93,15 @@ class DiLoCo:
         return True
 
     def _sync(self, step: int, last: bool) -> None:
-        self.ending_at = step if last and not self.overlap else None
-        try:
+        with self._ending_at(step if last and not self.overlap else None):
             self.sync()
-        finally:
-            self.ending_at = None
 
     def sync(self) -> None:
         local = self._local_flat()
         delta = self.anchor.to(local.device) - local
         if not self.overlap:
-            if self.pending is not None:  # left in flight by an overlapped run resumed without overlap
-                ending, self.ending_at = self.ending_at, None  # an ordinary step: this sync's own comes after it
-                try:
-                    self._land()
-                finally:
-                    self.ending_at = ending
+            with self._ending_at(None):  # an ordinary step: this sync's own comes after it
+                self._land()  # an exchange left in flight by an overlapped run resumed without overlap
             avg = self.exchange.finish(self.exchange.start(delta))
             self.outer_update(avg.cpu())
             self._write_params(self.global_flat)
@@ -127,12 +135,8 @@ class DiLoCo:
         last outer step (no look-ahead); Streaming DiLoCo's last fragment syncs keep the look-ahead."""
         if step % self.inner_steps and self.withheld_at != step:
             self._sync(step, last=True)
-        if self.pending is not None:  # the run's last outer step
-            self.ending_at = step
-            try:
-                self._land()
-            finally:
-                self.ending_at = None
+        with self._ending_at(step):  # an exchange in flight lands as the run's last outer step
+            self._land()
         residual = self.exchange.flush(self.flush_bits) if self.flush_bits and hasattr(self.exchange, "flush") else None
         if residual is not None:  # a plain outer SGD step: the residual is progress that was never applied
             self.global_flat.sub_(residual.cpu(), alpha=self.outer_lr)

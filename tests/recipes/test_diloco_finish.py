@@ -25,14 +25,15 @@ def _diloco(final_step: int | None, overlap: bool = False, world: int = 2) -> tu
     return model, algo, wire
 
 
-def _train(rank: int, model: One, algo: DiLoCo, first: int, last: int) -> list:
+def _train(rank: int, model: One, algo: DiLoCo, first: int, last: int, finish: bool = True) -> list:
     seen = []
     with torch.no_grad():
         for step in range(first, last + 1):  # the "inner step": rank r moves every value by (r+1)*step
             model.w.add_((rank + 1) * step)
             if algo.after_optimizer_step(step):
                 seen.append(model.w.tolist())
-        algo.finish(last)
+        if finish:
+            algo.finish(last)
     return seen
 
 
@@ -130,10 +131,7 @@ def test_eager_steps_take_one_mth_of_the_own_delta_and_the_rest_of_the_landed_av
 def _overlap_then_plain(rank: int) -> list:
     """An overlapped run checkpointed after step 4 (its first exchange in flight), resumed without overlap."""
     model, algo, _ = _diloco(final_step=8, overlap=True)
-    with torch.no_grad():
-        for step in range(1, 5):
-            model.w.add_((rank + 1) * step)
-            algo.after_optimizer_step(step)
+    _train(rank, model, algo, 1, 4, finish=False)
     assert algo.pending is not None  # in flight when the checkpoint is taken
     saved_model = {k: v.clone() for k, v in model.state_dict().items()}
     saved_algo = {k: v.clone() if torch.is_tensor(v) else v for k, v in algo.state_dict().items()}
