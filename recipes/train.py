@@ -29,6 +29,7 @@ from recipes.schema import TrainConfig
 from recipes.data import build_data
 from recipes.distributed import Runtime, Wire, setup, teardown
 from recipes.models import build_model, count_parameters
+from recipes.optimizers import build_optimizer
 from recipes.telemetry import Telemetry, say
 
 
@@ -51,6 +52,10 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
+class ResumeError(RuntimeError):
+    """The newest checkpoint cannot be resumed under this config (the message says what to change)."""
+
+
 class Trainer:
     """Holds the run's pieces so that checkpointing and the loop read plainly."""
 
@@ -64,8 +69,7 @@ class Trainer:
         torch.manual_seed(cfg.seed + 1 + rt.rank)  # dropout and masks differ per rank
         self.data = build_data(cfg, rt.rank, rt.world_size, self.out_dir)
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=tuple(o.betas),
-                                           weight_decay=o.weight_decay)
+        self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         self.membership = elastic.from_env(rt.rank, rt.world_size, self.comp.algorithm)
         self.wire = self.membership.wire if self.membership else Wire(rt.world_size)
@@ -105,6 +109,11 @@ class Trainer:
                 "data": self.data.state_dict(), "rng": checkpoint.rng_state(), "config": config_to_dict(self.cfg)}
 
     def load(self, state: dict) -> None:
+        was = state.get("config", {}).get("optim", {}).get("name", "adamw")
+        if was != self.cfg.optim.name:  # the optimizer state of one cannot drive the other
+            raise ResumeError(f"the checkpoint at step {state['step']} in {self.out_dir} was trained with "
+                              f"optim.name={was}: set optim.name={was} to resume it, or checkpoint.resume=false "
+                              f"(or a new out_dir) to start over")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -207,7 +216,14 @@ def run(cfg: TrainConfig) -> int:
     say(rt.rank, f"{cfg.model}/{cfg.size} {count_parameters(trainer.model):,} params, preset "
                  f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits), "
                  f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")
-    if not trainer.maybe_resume():
+    try:
+        joined = trainer.maybe_resume()
+    except ResumeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        telemetry.close()
+        teardown()
+        return 2
+    if not joined:
         say(rt.rank, "the other workers finished the run while this one was away")
         return 0
     losses, window_start = [], time.perf_counter()

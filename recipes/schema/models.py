@@ -46,14 +46,18 @@ class Section(BaseModel):
 
 
 class OptimConfig(Section):
-    """The inner optimizer (AdamW); for DDP it is the only optimizer."""
+    """The inner optimizer; for DDP it is the only optimizer."""
 
+    name: Literal["adamw", "muon"] = "adamw"
+    """adamw, or muon: Muon for hidden layers' weight matrices, AdamW for the rest; `lr` serves both."""
     lr: Float = Field(3e-3, gt=0)
     """Peak learning rate after warmup."""
     weight_decay: Float = 0.0
-    """Decoupled weight decay of AdamW."""
+    """Decoupled weight decay (both optimizers)."""
     betas: list[Float] = Field(default_factory=lambda: [0.9, 0.95], min_length=2, max_length=2)
     """AdamW (beta1, beta2)."""
+    muon_momentum: Float = Field(0.95, ge=0, lt=1)
+    """Muon's Nesterov momentum (with name: muon)."""
     warmup_steps: Int = 20
     """Linear warmup from 0 to `lr` over this many steps."""
     schedule: Literal["cosine", "constant"] = "cosine"

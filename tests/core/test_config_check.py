@@ -76,8 +76,9 @@ def test_field_hint_gives_documentation_type_choices_and_default():
     assert field_hint("optim.lr") == "optim.lr: Peak learning rate after warmup. · a float > 0 · default 0.003"
     assert "one of 'cosine', 'constant' · default 'cosine'" in field_hint("optim.schedule")
     assert "one of 32, 16, 8, 4, 1 or null" in field_hint("diloco.bits")
-    assert field_hint("optim").startswith("optim: Inner optimizer. · a mapping: lr, weight_decay")
-    assert "'bogus' is not a key here; known keys: lr," in field_hint("optim.bogus")
+    assert field_hint("optim").startswith("optim: Inner optimizer. · a mapping: name, lr, weight_decay")
+    assert "one of 'adamw', 'muon' · default 'adamw'" in field_hint("optim.name")
+    assert "'bogus' is not a key here; known keys: name, lr," in field_hint("optim.bogus")
     assert field_hint(None) is None
 
 

@@ -34,6 +34,8 @@ PARAMS = 132_480  # tiny gpt-neo
     ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8", "diloco.block=128"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true"]),
     ("high", ["diloco.inner_steps=20", "diloco.overlap=true", "diloco.bits=4"]),
+    ("none", ["optim.name=muon"]),  # Muon's inner steps under DDP's averaged gradients
+    ("high", ["diloco.inner_steps=20", "optim.name=muon"]),
 ])
 def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt):
     out = tmp_path / "run"
@@ -165,3 +167,24 @@ def test_bad_config_exits_2_with_the_problem(tmp_path, tiny_gpt):
                          cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert "optim.lr" in res.stderr
+
+
+def test_a_checkpoint_resumes_only_under_the_optimizer_that_wrote_it(tmp_path, tiny_gpt):
+    out = tmp_path / "muon"
+    cmd = ["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}", "logging.wandb=false",
+           "gradient_compression=none", "optim.name=muon", "logging.log_every=5"]
+    first = subprocess.run([*cmd, "steps=10"], cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = sorted(p.name for p in out.rglob("*"))
+    switched = [c.replace("optim.name=muon", "optim.name=adamw") for c in cmd]
+    res = subprocess.run([*switched, "steps=20"], cwd=REPO, env=recipe_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2
+    [line] = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert "was trained with optim.name=muon: set optim.name=muon to resume it" in line
+    assert "Traceback" not in res.stderr
+    assert sorted(p.name for p in out.rglob("*")) == before  # nothing written
+    resumed = subprocess.run([*cmd, "steps=20"], cwd=REPO, env=recipe_env(), capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode == 0 and "resumed from checkpoint at step 10" in resumed.stdout
+    assert json.loads((out / "result.json").read_text())["step"] == 20
