@@ -18,15 +18,19 @@ import torch
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NS_STEPS = 5
 _LINEAR_NAMES = ("Linear", "Conv1D")  # torch_geometric's Linear and transformers' Conv1D are linear maps too
+# Output heads that `get_output_embeddings()` does not name, by their full module names: wav2vec2
+# pre-training's two sides of the contrastive logits and the quantizer's logits over its codebooks.
+OUTPUT_LAYERS = ("project_hid", "project_q", "quantizer.weight_proj")
 
 
 def orthogonalize(matrix: torch.Tensor, steps: int = NS_STEPS) -> torch.Tensor:
     """About U V^T for matrix = U S V^T (a 2-D view of the weight's gradient).
 
-    bf16 on accelerators, as in the reference; fp32 on the CPU, where bf16 matrix products are slow.
+    bf16 on GPUs that have it, as in the reference; fp32 elsewhere (bf16 matrix products are slow on the CPU).
     """
     a, b, c = NS_COEFFICIENTS
-    x = matrix.to(torch.bfloat16 if matrix.is_cuda else torch.float32)
+    fast = matrix.is_cuda and torch.cuda.is_bf16_supported()
+    x = matrix.to(torch.bfloat16 if fast else torch.float32)
     wide = x.size(0) <= x.size(1)
     if not wide:
         x = x.T
@@ -37,21 +41,37 @@ def orthogonalize(matrix: torch.Tensor, steps: int = NS_STEPS) -> torch.Tensor:
     return (x if wide else x.T).to(matrix.dtype)
 
 
+def _layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The linear and convolution layers with a trainable weight matrix (or kernel), in order."""
+    return [(name, m) for name, m in model.named_modules()
+            if (isinstance(m, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) or type(m).__name__ in _LINEAR_NAMES)
+            and isinstance(getattr(m, "weight", None), torch.nn.Parameter) and m.weight.ndim >= 2
+            and m.weight.requires_grad]
+
+
 def muon_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
-    """The weights Muon trains: those of linear and convolution layers, minus the output layer."""
-    layers = [m for m in model.modules()
-              if isinstance(m, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) or type(m).__name__ in _LINEAR_NAMES]
-    weights = [m.weight for m in layers if isinstance(getattr(m, "weight", None), torch.nn.Parameter)
-               and m.weight.ndim >= 2 and m.weight.requires_grad]
+    """The weights Muon trains: those of the hidden linear and convolution layers.
+
+    AdamW keeps, as the reference implementation advises, the layers at either end:
+    - the output layer (`get_output_embeddings()`, else the model's last layer, and the output
+      heads named in OUTPUT_LAYERS);
+    - the input: embedding tables, or where a model has none (images, audio, graph features) its
+      first layer.
+    """
+    layers = _layers(model)
+    if not layers:
+        return []
+    kept = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}  # and heads tied to them
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    excluded = {id(output.weight)} if output is not None else {id(weights[-1])} if weights else set()
-    excluded |= {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}  # tied heads
-    seen: set[int] = set()
-    chosen = []
-    for w in weights:
-        if id(w) not in excluded and id(w) not in seen:
-            seen.add(id(w))
-            chosen.append(w)
+    kept.add(id(output.weight) if output is not None else id(layers[-1][1].weight))
+    kept |= {id(m.weight) for name, m in layers if name in OUTPUT_LAYERS}
+    if not any(isinstance(m, torch.nn.Embedding) for m in model.modules()):
+        kept.add(id(layers[0][1].weight))
+    chosen, seen = [], set(kept)
+    for _, m in layers:
+        if id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            chosen.append(m.weight)
     return chosen
 
 
@@ -79,7 +99,9 @@ class MuonAdamW(torch.optim.Optimizer):
 
     def _muon(self, p: torch.Tensor, group: dict) -> None:
         state = self.state[p]
-        buf = state.setdefault("momentum_buffer", torch.zeros_like(p))
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        buf = state["momentum_buffer"]
         buf.lerp_(p.grad, 1 - group["momentum"])
         update = p.grad.lerp(buf, group["momentum"])  # Nesterov
         rows = update.size(0)

@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import time
+import typing
 from pathlib import Path
 
 import torch
@@ -25,7 +26,7 @@ from recipes.algorithms import hierarchical
 from recipes.algorithms import build_algorithm
 from recipes.checkpoint_store import CheckpointStore
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
-from recipes.schema import TrainConfig
+from recipes.schema import OptimConfig, TrainConfig
 from recipes.data import build_data
 from recipes.distributed import Runtime, Wire, setup, teardown
 from recipes.models import build_model, count_parameters
@@ -54,6 +55,15 @@ def to_device(batch: dict, device: torch.device) -> dict:
 
 class ResumeError(RuntimeError):
     """The newest checkpoint cannot be resumed under this config (the message says what to change)."""
+
+
+def _optimizer_of(state: dict) -> str | None:
+    """The inner optimizer a checkpoint was written with (adamw before optim.name existed); None if
+    its config is not what a checkpoint holds."""
+    config = state.get("config")
+    optim = config.get("optim") if isinstance(config, dict) else None
+    name = optim.get("name", "adamw") if isinstance(optim, dict) else None
+    return name if name in typing.get_args(OptimConfig.model_fields["name"].annotation) else None
 
 
 class Trainer:
@@ -109,11 +119,12 @@ class Trainer:
                 "data": self.data.state_dict(), "rng": checkpoint.rng_state(), "config": config_to_dict(self.cfg)}
 
     def load(self, state: dict) -> None:
-        was = state.get("config", {}).get("optim", {}).get("name", "adamw")
+        was = _optimizer_of(state)
         if was != self.cfg.optim.name:  # the optimizer state of one cannot drive the other
-            raise ResumeError(f"the checkpoint at step {state['step']} in {self.out_dir} was trained with "
-                              f"optim.name={was}: set optim.name={was} to resume it, or checkpoint.resume=false "
-                              f"(or a new out_dir) to start over")
+            found = f"was trained with optim.name={was}: set optim.name={was} to resume it" if was else \
+                "names no optimizer we know"
+            raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} {found}, or start over "
+                              f"in a new out_dir (with a new checkpoint.hf_repo if one is set)")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
