@@ -62,11 +62,11 @@ def muon_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     if not layers:
         return []
     kept = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}  # and heads tied to them
+    if not kept:
+        kept.add(id(layers[0][1].weight))
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     kept.add(id(output.weight) if output is not None else id(layers[-1][1].weight))
     kept |= {id(m.weight) for name, m in layers if name in OUTPUT_LAYERS}
-    if not any(isinstance(m, torch.nn.Embedding) for m in model.modules()):
-        kept.add(id(layers[0][1].weight))
     chosen, seen = [], set(kept)
     for _, m in layers:
         if id(m.weight) not in seen:

@@ -78,7 +78,6 @@ class Trainer:
         self.model.to(rt.device)
         torch.manual_seed(cfg.seed + 1 + rt.rank)  # dropout and masks differ per rank
         self.data = build_data(cfg, rt.rank, rt.world_size, self.out_dir)
-        o = cfg.optim
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         self.membership = elastic.from_env(rt.rank, rt.world_size, self.comp.algorithm)
@@ -205,14 +204,21 @@ class Trainer:
                 p.copy_(saved)
 
 
+def _refuse(exc: Exception, telemetry: Telemetry | None = None) -> int:
+    """A run this config cannot do: one line saying why, and exit status 2."""
+    print(f"error: {exc}", file=sys.stderr)
+    if telemetry is not None:
+        telemetry.close()
+    teardown()
+    return 2
+
+
 def run(cfg: TrainConfig) -> int:
     rt = setup(cfg.dist, cfg.device)
     try:
         trainer = Trainer(cfg, rt)
     except topology.TopologyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        teardown()
-        return 2
+        return _refuse(exc)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     name = cfg.logging.run_name or f"{cfg.model}-{cfg.size}-{cfg.gradient_compression}"
     telemetry = Telemetry(rank=rt.rank, out_dir=trainer.out_dir, config=config_to_dict(cfg),
@@ -230,10 +236,7 @@ def run(cfg: TrainConfig) -> int:
     try:
         joined = trainer.maybe_resume()
     except ResumeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        telemetry.close()
-        teardown()
-        return 2
+        return _refuse(exc, telemetry)
     if not joined:
         say(rt.rank, "the other workers finished the run while this one was away")
         return 0
