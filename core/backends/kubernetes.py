@@ -30,8 +30,8 @@ from core.state.secret_store import SecretStore
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, events_by_pod, master_exit_code, pod_phase,
-                                        unschedulable_message)
+from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, events_by_pod, failure, master_exit_code,
+                                        pod_phase, unschedulable_message)
 from core.domain.run_events import combine
 
 METRICS_TAIL_LINES = 2000
@@ -158,11 +158,7 @@ class KubernetesBackend(Backend):
             return None
         if failed:
             pod = failed[0]
-            terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
-            why = terminated.get("reason") or (pod.get("status") or {}).get("reason") or "Failed"
-            code = terminated.get("exitCode")
-            cause = (f"pod {self._label(workspace_id, pod['metadata']['name'])} failed ({why}"
-                     f"{f', exit code {code}' if code is not None else ''})")
+            cause = f"pod {self._label(workspace_id, pod['metadata']['name'])} failed ({failure(pod)})"
         else:
             cause = f"Volcano job {phase.lower()} after its own retries"
         manifest = self._manifests(workspace_id, spec, {n: "<hidden>" for n in token_env_names(spec)})[-1]
@@ -259,15 +255,19 @@ class KubernetesBackend(Backend):
         pods = self._pods(workspace_id)
         workers = [self._worker(workspace_id, pod) for pod in pods]
         reason = state.get("message") or state.get("reason") or ""
+        failed = ""  # a failed pod, named while Volcano or the recovery check restarts the job
         if status in (Status.PENDING, Status.RUNNING) and pods:
             derived, workers = self._phases(workspace_id, pods, workers)
             if derived[0] != Status.PENDING.value:
                 return WorkspaceState(derived[0], reason=derived[1], workers=workers,
                                       exit_code=master_exit_code(job_name(workspace_id), pods))
+            failed = derived[1]
         if status is Status.PENDING:
             unschedulable = next((w.detail for w in workers if "unschedulable" in w.detail.lower()), "")
-            reason = self._gang_reason(job) or unschedulable or reason or \
+            reason = failed or self._gang_reason(job) or unschedulable or reason or \
                 "waiting for the Volcano scheduler"
+        elif failed:
+            reason = failed
         return WorkspaceState(status.value, reason=reason, workers=workers,
                               exit_code=master_exit_code(job_name(workspace_id), pods))
 
@@ -320,6 +320,8 @@ class KubernetesBackend(Backend):
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 detail = cond.get("message") or cond.get("reason") or detail
+        if phase == "Failed":
+            detail = failure(pod)
         if cstatus.get("restartCount"):
             detail = f"{detail} (restarts: {cstatus['restartCount']})".strip()
         return WorkerState(self._label(workspace_id, pod["metadata"]["name"]),

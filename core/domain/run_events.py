@@ -197,7 +197,9 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
     """The workspace's status and reason from its workers' phases (missing ones are PENDING).
     Before training, the slowest phase shows (PULLING, then PREPARING_DATA), except that a late
     worker's data preparation does not take back a workspace where a worker has joined with its
-    data ready; once a worker trains, the workspace is RUNNING and the others are named."""
+    data ready; once a worker trains, the workspace is RUNNING and the others are named. A
+    failed worker is named as failed, with why, and never counted among those still to come
+    (the workspace's own FAILED comes from the job and the recovery check, not from here)."""
     got = {name: (p.status, p.detail) if isinstance(p, WorkerPhase) else p for name, p in phases.items()}
     ready = {name for name, p in phases.items() if isinstance(p, WorkerPhase) and p.data_ready}
     for name in expected:
@@ -212,29 +214,39 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
         return "; ".join(f"{name}: {got[name][1]}" if got[name][1] else name for name in by_status[status.value])
 
     def named(names: list[str]) -> str:  # a laggard pulling or preparing its data says how far it is
-        return ", ".join(f"{name} ({got[name][1]})" if got[name][0] in (Status.PULLING.value, Status.PREPARING_DATA.value)
+        return ", ".join(f"{name} ({got[name][1]})" if got[name][0] in (Status.PULLING.value, Status.PREPARING_DATA.value,
+                                                                          Status.FAILED.value)
                          and got[name][1] else name for name in sorted(names, key=natural_key))
+
+    failed = by_status.get(Status.FAILED.value, [])
+
+    def said(status: str, reason: str) -> tuple[str, str]:
+        if not failed:
+            return status, reason
+        return status, "; ".join(part for part in (reason, f"failed: {named(failed)}") if part)
 
     running = by_status.get(Status.RUNNING.value, []) + by_status.get(Status.COMPLETED.value, [])
     present = by_status.get(Status.RENDEZVOUS.value, [])
     if Status.PULLING.value in by_status and not running:
-        return Status.PULLING.value, listed(Status.PULLING)
+        return said(Status.PULLING.value, listed(Status.PULLING))
     # A worker that joined with its data ready (elastic: data first, then the group) keeps the
     # workspace in RENDEZVOUS while a late one prepares its data; it is named among those awaited.
     # Under torchrun workers join first and prepare data after, so there PREPARING_DATA shows.
     if Status.PREPARING_DATA.value in by_status and not running and not ready & set(present):
-        return Status.PREPARING_DATA.value, listed(Status.PREPARING_DATA)
-    behind = [name for name in got if name not in running]
-    if running and not behind:
+        return said(Status.PREPARING_DATA.value, listed(Status.PREPARING_DATA))
+    behind = [name for name in got if name not in running and name not in failed]
+    if running and not behind and not failed:
         return Status.RUNNING.value, ""
     if running:
-        return Status.RUNNING.value, f"{len(running)} of {len(got)} training; not yet: {named(behind)}"
+        waiting = f"; not yet: {named(behind)}" if behind else ""
+        return said(Status.RUNNING.value, f"{len(running)} of {len(got)} training{waiting}")
     if present:
-        missing = [name for name in got if name not in present]
+        missing = [name for name in got if name not in present and name not in failed]
         if missing:
-            return Status.RENDEZVOUS.value, f"{len(present)} of {len(got)} present, waiting for {named(missing)}"
-        return Status.RENDEZVOUS.value, f"all {len(got)} present, forming the group"
-    return Status.PENDING.value, ""
+            return said(Status.RENDEZVOUS.value, f"{len(present)} of {len(got)} present, waiting for {named(missing)}")
+        return said(Status.RENDEZVOUS.value, f"all {len(present)} present, forming the group" if not failed
+                    else f"{len(present)} of {len(got)} present")
+    return said(Status.PENDING.value, "")
 
 
 def natural_key(name: str) -> tuple:

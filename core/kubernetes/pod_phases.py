@@ -86,6 +86,8 @@ def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list
     if pulling is not None:
         return pulling
     phase = POD_PHASES.get((pod.get("status") or {}).get("phase", "Pending"), Status.PENDING)
+    if phase is Status.FAILED:
+        return phase.value, failure(pod)
     if phase is not Status.RUNNING or log_lines is None:
         return phase.value, ""
     follow = WorkerPhase()
@@ -94,6 +96,18 @@ def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list
     if follow.status == Status.PENDING.value:  # started, silent: torchrun's own rendezvous
         return Status.RENDEZVOUS.value, "started, no training step yet"
     return follow.status, follow.detail
+
+
+def failure(pod: dict[str, Any]) -> str:
+    """Why a Failed pod failed, from its container's last state or the pod's own reason
+    (an eviction): "OOMKilled, exit code 137", "Evicted: The node was low on resource: memory."."""
+    terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+    status = pod.get("status") or {}
+    why = terminated.get("reason") or status.get("reason") or "Failed"
+    code = terminated.get("exitCode")
+    message = terminated.get("message") or status.get("message") or ""
+    said = f", exit code {code}" if code is not None else ""
+    return one_line(f"{why}{said}{f': {message}' if message else ''}")[:300]
 
 
 def unschedulable_message(job: dict[str, Any], podgroups: list[dict[str, Any]]) -> str:

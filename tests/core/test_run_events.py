@@ -125,6 +125,24 @@ def test_the_workspace_state_names_who_holds_it_up():
     assert combine({}, ["worker-0"]) == ("PENDING", "")
 
 
+def test_a_failed_worker_is_named_as_failed_never_as_not_yet():
+    oom = ("FAILED", "OOMKilled, exit code 137")
+    running, waiting = ("RUNNING", ""), ("RENDEZVOUS", "waiting for peers")
+    expected = ["worker-0", "worker-1", "worker-2"]
+    assert combine({"worker-0": running, "worker-1": oom, "worker-2": running}, expected) == \
+        ("RUNNING", "2 of 3 training; failed: worker-1 (OOMKilled, exit code 137)")
+    assert combine({"worker-0": running, "worker-1": oom}, expected) == \
+        ("RUNNING", "1 of 3 training; not yet: worker-2; failed: worker-1 (OOMKilled, exit code 137)")
+    assert combine({"worker-0": waiting, "worker-1": oom}, expected) == \
+        ("RENDEZVOUS", "1 of 3 present, waiting for worker-2; failed: worker-1 (OOMKilled, exit code 137)")
+    assert combine({"worker-0": waiting, "worker-2": waiting, "worker-1": ("FAILED", "")}, expected) == \
+        ("RENDEZVOUS", "2 of 3 present; failed: worker-1")
+    assert combine({"worker-1": ("PULLING", "pulling img"), "worker-0": oom}, ["worker-0", "worker-1"]) == \
+        ("PULLING", "worker-1: pulling img; failed: worker-0 (OOMKilled, exit code 137)")
+    assert combine({"worker-1": oom}, ["worker-0", "worker-1"]) == \
+        ("PENDING", "failed: worker-1 (OOMKilled, exit code 137)")
+
+
 def test_a_late_worker_preparing_its_data_does_not_take_the_workspace_back():
     """Seen under load with elastic (local) workers, which prepare their data before they join:
     worker-1 started after worker-0 had joined; the workspace went RENDEZVOUS -> PREPARING_DATA ->

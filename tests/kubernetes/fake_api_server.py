@@ -151,11 +151,16 @@ class FakeKubeAPI:
             self._current(name, ns)[1].chunks.append((time.time_ns(), data))
             self.cond.notify_all()
 
-    def end_container(self, name: str, exit_code: int, ns: str = "default") -> None:
+    def end_container(self, name: str, exit_code: int, ns: str = "default", reason: str = "",
+                      message: str = "") -> None:
+        """The container exits; kubelet's terminated state carries `reason` (Error, OOMKilled) and
+        `message` (the container's termination message) when given."""
         with self.cond:
             status, buffer = self._current(name, ns)
             buffer.ended = True
-            status["state"] = {"terminated": {"exitCode": exit_code}}
+            terminated = {"exitCode": exit_code, **({"reason": reason} if reason else {}),
+                          **({"message": message} if message else {})}
+            status["state"] = {"terminated": terminated}
             self._pod(name, ns)["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
             self.cond.notify_all()
 

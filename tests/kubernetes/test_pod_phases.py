@@ -77,6 +77,46 @@ def test_pull_stuck_pull_rendezvous_data_running(fake, tmp_path, geotrain_home):
     assert sum(path.endswith("/log") for _, path, _ in fake.requests) == reads
 
 
+def test_a_failed_pod_is_named_as_failed_with_why_not_as_still_to_come(fake, tmp_path, geotrain_home):
+    """A worker whose container was OOM-killed while the job still runs (Volcano restarts it, or
+    the recovery budget is spent): the workspace says which pod failed and why, on one line, and
+    the worker's own row says it too; its termination message is the worker's text, shown literally."""
+    three = [{"vendor": "cpu", "gpus": 0, "nodes": ["n1", "n2", "n3"]}]
+    cluster = Cluster(name="dc", kind="kubernetes", config={"context": "fake-ctx", "node_groups": three},
+                      kubeconfig_path=write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-fl", make_spec(cluster="dc", workers=3), {})
+    master = fake.add_pod("gt-ws-fl", "master", 0)
+    first = fake.add_pod("gt-ws-fl", "worker", 0)
+    second = fake.add_pod("gt-ws-fl", "worker", 1)
+    fake.set_job_phase("gt-ws-fl", "Running")
+    fake.write_log(master, b"[rank 0] step 10/20 loss 3.1416 lr 3.00e-03 outer 0 sent 0.000MB 12.5ms/step\n")
+    fake.end_container(first, 137, reason="OOMKilled")
+    state = backend.status("ws-fl")
+    assert (state.status, state.reason) == \
+        ("RUNNING", "1 of 3 training; not yet: worker-1; failed: worker-0 (OOMKilled, exit code 137)")
+    assert [(w.name, w.status, w.detail) for w in state.workers][1] == \
+        ("worker-0", "FAILED", "OOMKilled, exit code 137")
+
+    # Before any worker trains: the others still wait, and the failure is said beside them.
+    fake.end_container(master, 1, reason="Error", message="[red]boom[/red]\x1b[2J\nTraceback")
+    state = backend.status("ws-fl")
+    assert state.status == "RENDEZVOUS"
+    assert state.reason == ("1 of 3 present; failed: master-0 (Error, exit code 1: [red]boom[/red] [2J Traceback), "
+                            "worker-0 (OOMKilled, exit code 137)")
+    # Nobody left: the job's phase stands and the reason is the failures.
+    fake.end_container(second, 2, reason="Error")
+    state = backend.status("ws-fl")
+    assert state.status == "RUNNING" and state.reason.startswith("failed: master-0 (Error, exit code 1: [red]")
+    assert state.reason.endswith("worker-1 (Error, exit code 2)") and "\n" not in state.reason
+    # Volcano gave up: FAILED, and each worker's row still says why.
+    fake.set_job_phase("gt-ws-fl", "Failed")
+    state = backend.status("ws-fl")
+    assert state.status == "FAILED"
+    assert [w.detail for w in state.workers] == ["Error, exit code 1: [red]boom[/red] [2J Traceback",
+                                                 "OOMKilled, exit code 137", "Error, exit code 2"]
+
+
 def test_events_are_listed_per_namespace_by_kind(fake, tmp_path, geotrain_home):
     """The stand-in answers the events list the way the backend asks for it (field selector)."""
     cluster = Cluster(name="dc", kind="kubernetes", config={"context": "fake-ctx", "node_groups": CPU_NODES},
