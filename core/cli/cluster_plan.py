@@ -89,6 +89,8 @@ def cmd_plan(args) -> int:
     if result.tuned():
         print(f"  H={result.inner_steps}: the fewest inner steps (at least {planner.H_FLOOR}) that keep the target "
               "on this link; fewer inner steps reach DDP's loss in fewer steps")
+    if result.overlap_note():
+        print(f"  {result.overlap_note()}")
     if sites:
         _print_sites(sites)
     elif no_choice:

@@ -29,6 +29,10 @@ H_FLOOR = 8
 # the H steps of compute it hides behind: the model predicts 100% up to a full window, but on the WAN
 # bench `low-overlap` measured 90% with the exchange filling ~84% of it (ranks wait for the slowest).
 OVERLAP_FILL = 0.8
+# What overlap costs, measured (README "Overlap with eager updates", finished models at issue 15's budgets).
+OVERLAP_LOSS = "3-9%"
+OVERLAP_COST = (f"costs loss per step: each exchange lands one outer step late (on the natural-text bench, overlapped "
+                f"runs ended with {OVERLAP_LOSS} higher loss than the same runs waiting for each exchange)")
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,8 @@ class Plan:
         return {"network": asdict(self.network), "params": self.params, "compute_s": self.compute_s,
                 "target_utilization": self.target, "recommended": self.recommended, "overlap": self.overlap,
                 "reaches_target": self.reaches_target, "inner_steps": self.inner_steps,
-                "utilization_at_inner_steps": self.utilization(), "presets": [e.as_dict() for e in self.estimates]}
+                "utilization_at_inner_steps": self.utilization(), "overlap_note": self.overlap_note(),
+                "presets": [e.as_dict() for e in self.estimates]}
 
     def recommended_estimate(self) -> Estimate | None:
         return next((e for e in self.estimates if e.preset == self.recommended), None)
@@ -204,6 +209,14 @@ class Plan:
         best = self.recommended_estimate()
         return best is not None and self.inner_steps is not None and self.inner_steps != best.inner_steps
 
+    def overlap_note(self) -> str:
+        """When overlap is recommended: what it costs in loss, and the utilization without it."""
+        best = self.recommended_estimate()
+        if best is None or not self.overlap:
+            return ""
+        h = self.inner_steps or best.inner_steps
+        without = self.compute_s / (self.compute_s + best.sync_s / h)
+        return f"overlap {OVERLAP_COST}; without it ~{without:.0%} GPU utilization at H={h}"
 
     def summary(self) -> str:
         """One line for the deploy form."""

@@ -93,6 +93,11 @@ def test_fewest_inner_steps_for_the_target_by_hand():
     assert result.inner_steps == planner.H_FLOOR == 8 and result.tuned()
     assert result.utilization_at(result.recommended_estimate(), 8) == pytest.approx(1.0)  # 0.52 s < 0.8 s
     assert result.as_dict()["inner_steps"] == 8 and result.as_dict()["utilization_at_inner_steps"] == pytest.approx(1.0)
+    # overlap is not free: the advice says what it measured in loss, and the utilization without it,
+    # 0.1 / (0.1 + 0.52 / 8) = 61%
+    assert "3-9% higher loss" in result.overlap_note()
+    assert result.overlap_note().endswith("; without it ~61% GPU utilization at H=8")
+    assert result.as_dict()["overlap_note"] == result.overlap_note()
     # 0.05 s steps: overlapped, the margin needs H >= 0.52 / (0.8 * 0.05) = 13 (12 steps would hide it: 0.6 s)
     short = planner.plan(PRESETS, 250_000, 0.05, NET, target=0.95, efficiency=1.0)
     assert (short.recommended, short.overlap, short.inner_steps) == ("low", True, 13)
@@ -102,6 +107,7 @@ def test_fewest_inner_steps_for_the_target_by_hand():
     tuned = planner.plan(PRESETS, 250_000, 0.1, fast, target=0.9, efficiency=1.0)
     assert (tuned.recommended, tuned.overlap, tuned.inner_steps) == ("low", False, 14)
     assert "preset low at H=14 (diloco.inner_steps: 14): ~91% GPU utilization" in tuned.summary()
+    assert tuned.overlap_note() == ""  # no overlap, nothing to warn about
 
 
 def test_inner_steps_stay_the_presets_when_the_link_needs_them_all():
@@ -193,6 +199,7 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "recommended: preset medium at H=10 (diloco.inner_steps: 10) with overlap" in out
     assert "H=10: the fewest inner steps (at least 8) that keep the target on this link" in out
+    assert "  overlap costs loss per step: each exchange lands one outer step late" in out
     for argv, message in [(["clusters", "plan", "mars", "--model", "gpt-neo"], "no cluster named 'mars'"),
                           (["clusters", "plan", "--model", "bert"], "unknown model 'bert'"),
                           (["clusters", "plan", "--model", "gpt-neo", "--size", "9b"], "unknown size"),

@@ -24,6 +24,7 @@ from core.state.cluster_records import list_clusters
 from core.errors import GeotrainError, InvalidInput
 from core.domain.records import TEMPLATES
 from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
+from core.planner.wan_what_if import OVERLAP_LOSS
 from core.planner.datacenter_inputs import DEFAULT_STEPS, choose_for_cluster
 from core.requirements.check import check_before_deploy
 from core.workspaces import DEFAULTS, DeployRequest, check_token
@@ -167,7 +168,8 @@ class DeployScreen(GeotrainScreen):
         plan, no_plan = None, ""
         try:
             plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
-            text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size}); ctrl+r uses it"
+            cost = f"; overlap costs {OVERLAP_LOSS} in loss per step" if plan.overlap else ""
+            text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size}){cost}; ctrl+r uses it"
         except GeotrainError as exc:
             no_plan = exc.message
             text = f"Planner: no estimate ({exc.message})"
