@@ -30,8 +30,8 @@ from core.state.secret_store import SecretStore
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, events_by_pod, failure, master_exit_code,
-                                        pod_phase, unschedulable_message)
+from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, being_deleted, events_by_pod, failure,
+                                        last_restart, master_exit_code, pod_phase, unschedulable_message)
 from core.domain.run_events import combine
 
 METRICS_TAIL_LINES = 2000
@@ -153,7 +153,10 @@ class KubernetesBackend(Backend):
         if job is None or state.status == Status.COMPLETED.value:
             return None
         phase = ((job.get("status") or {}).get("state") or {}).get("phase", "")
-        failed = [p for p in self._pods(workspace_id) if (p.get("status") or {}).get("phase") == "Failed"]
+        # The first pod to fail, not those a restart already under way is stopping (they fail after it)
+        failed = sorted((p for p in self._pods(workspace_id)
+                         if (p.get("status") or {}).get("phase") == "Failed" and not being_deleted(p)),
+                        key=_finished_at)
         if not failed and JOB_PHASES.get(phase) is not Status.FAILED:
             return None
         if failed:
@@ -264,10 +267,8 @@ class KubernetesBackend(Backend):
             failed = derived[1]
         if status is Status.PENDING:
             unschedulable = next((w.detail for w in workers if "unschedulable" in w.detail.lower()), "")
-            reason = failed or self._gang_reason(job) or unschedulable or reason or \
-                "waiting for the Volcano scheduler"
-        elif failed:
-            reason = failed
+            reason = self._gang_reason(job) or unschedulable or reason or "waiting for the Volcano scheduler"
+        reason = "; ".join(part for part in (failed, reason) if part)
         return WorkspaceState(status.value, reason=reason, workers=workers,
                               exit_code=master_exit_code(job_name(workspace_id), pods))
 
@@ -290,7 +291,10 @@ class KubernetesBackend(Backend):
             if status == Status.RUNNING.value:
                 self._training.add(seen)
             phases[worker.name] = (status, detail)
-            worker.status, worker.detail = status, detail or worker.detail
+            # a failed pod's row keeps _worker's words; any other phase's words come with the restarts
+            if status != Status.FAILED.value and detail:
+                worker.detail = f"{detail}{_restarts(pod)}"
+            worker.status = status
         return combine(phases, [w.name for w in workers]), workers
 
     def _events(self) -> list[dict[str, Any]]:
@@ -322,10 +326,8 @@ class KubernetesBackend(Backend):
                 detail = cond.get("message") or cond.get("reason") or detail
         if phase == "Failed":
             detail = failure(pod)
-        if cstatus.get("restartCount"):
-            detail = f"{detail} (restarts: {cstatus['restartCount']})".strip()
         return WorkerState(self._label(workspace_id, pod["metadata"]["name"]),
-                           POD_PHASES.get(phase, Status.PENDING).value, detail)
+                           POD_PHASES.get(phase, Status.PENDING).value, f"{detail}{_restarts(pod)}".strip())
 
     def metrics(self, workspace_id: str) -> list[dict]:
         """Progress rows from rank 0's recent log lines (metrics.jsonl stays in the pod).
@@ -394,3 +396,18 @@ class KubernetesBackend(Backend):
                                    f"{str(exc)[:200]}", "export again, or set recovery.hf_repo") from None
             skipped += unpack_checkpoints(archive, dest)[1]
         return skipped
+
+
+def _finished_at(pod: dict[str, Any]) -> str:
+    """When the pod's container stopped (RFC 3339 sorts as text); unknown ones last."""
+    terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+    return str(terminated.get("finishedAt") or "~")
+
+
+def _restarts(pod: dict[str, Any]) -> str:
+    """ (restarts: N; last: how the container stopped before its latest start), or ""."""
+    count = container_status(pod).get("restartCount")
+    if not count:
+        return ""
+    last = last_restart(pod)
+    return f" (restarts: {count}{f'; last: {last}' if last else ''})"

@@ -193,6 +193,9 @@ class WorkerPhase:
             self.status, self.detail = Status.RENDEZVOUS.value, "joined, starting to train"
 
 
+FAILED_NAMED = 3  # failed workers named in the workspace's reason (each one's row says why)
+
+
 def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str]) -> tuple[str, str]:
     """The workspace's status and reason from its workers' phases (missing ones are PENDING).
     Before training, the slowest phase shows (PULLING, then PREPARING_DATA), except that a late
@@ -223,7 +226,8 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
     def said(status: str, reason: str) -> tuple[str, str]:
         if not failed:
             return status, reason
-        return status, "; ".join(part for part in (reason, f"failed: {named(failed)}") if part)
+        more = f" and {len(failed) - FAILED_NAMED} more" if len(failed) > FAILED_NAMED else ""
+        return status, "; ".join(part for part in (reason, f"failed: {named(failed[:FAILED_NAMED])}{more}") if part)
 
     running = by_status.get(Status.RUNNING.value, []) + by_status.get(Status.COMPLETED.value, [])
     present = by_status.get(Status.RENDEZVOUS.value, [])

@@ -86,8 +86,8 @@ def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list
     if pulling is not None:
         return pulling
     phase = POD_PHASES.get((pod.get("status") or {}).get("phase", "Pending"), Status.PENDING)
-    if phase is Status.FAILED:
-        return phase.value, failure(pod)
+    if phase is Status.FAILED:  # a pod a job restart stops is not the failure: the job's phase says it
+        return (Status.PENDING.value, "stopped by a job restart") if being_deleted(pod) else (phase.value, failure(pod))
     if phase is not Status.RUNNING or log_lines is None:
         return phase.value, ""
     follow = WorkerPhase()
@@ -98,16 +98,40 @@ def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list
     return follow.status, follow.detail
 
 
-def failure(pod: dict[str, Any]) -> str:
-    """Why a Failed pod failed, from its container's last state or the pod's own reason
-    (an eviction): "OOMKilled, exit code 137", "Evicted: The node was low on resource: memory."."""
-    terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
-    status = pod.get("status") or {}
-    why = terminated.get("reason") or status.get("reason") or "Failed"
+MAX_DETAIL = 300  # characters of a pod's own words (reason, termination message) per worker
+
+
+def _stopped(terminated: dict[str, Any], unnamed: str = "") -> str:
+    """A container's terminated state in words: "OOMKilled, exit code 137: <its message>"."""
     code = terminated.get("exitCode")
-    message = terminated.get("message") or status.get("message") or ""
-    said = f", exit code {code}" if code is not None else ""
-    return one_line(f"{why}{said}{f': {message}' if message else ''}")[:300]
+    said = ", ".join(part for part in (terminated.get("reason") or unnamed,
+                                       f"exit code {code}" if code is not None else "") if part)
+    message = terminated.get("message") or ""
+    return f"{said}: {message}" if said and message else said or message
+
+
+def failure(pod: dict[str, Any]) -> str:
+    """Why a Failed pod failed, on one bounded line: the pod's own reason first (an eviction, a
+    deadline), then how its container stopped: "Evicted: The node was low on resource: memory.
+    (ContainerStatusUnknown, exit code 137)", "OOMKilled, exit code 137", "Failed, exit code 1"."""
+    status = pod.get("status") or {}
+    own = ": ".join(part for part in (status.get("reason"), status.get("message")) if part)
+    terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+    container = _stopped(terminated, "" if own else "Failed")
+    text = f"{own} ({container})" if own and container else own or container or "Failed"
+    return one_line(text)[:MAX_DETAIL]
+
+
+def last_restart(pod: dict[str, Any]) -> str:
+    """How the container that kubelet restarted in place (restartPolicy OnFailure: a crash or an
+    OOM kill leaves the pod Running) stopped last time, or ""."""
+    terminated = (container_status(pod).get("lastState") or {}).get("terminated") or {}
+    return one_line(_stopped(terminated))[:MAX_DETAIL]
+
+
+def being_deleted(pod: dict[str, Any]) -> bool:
+    """Deleted and going: a job restart (Volcano's RestartJob, the recovery check) stops every pod."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def unschedulable_message(job: dict[str, Any], podgroups: list[dict[str, Any]]) -> str:

@@ -31,8 +31,9 @@ H_FLOOR = 8
 OVERLAP_FILL = 0.8
 # What overlap costs, measured (README "Overlap with eager updates", finished models at issue 15's budgets).
 OVERLAP_LOSS = "3-9%"
-OVERLAP_COST = (f"costs loss per step: each exchange lands one outer step late (on the natural-text bench, overlapped "
-                f"runs ended with {OVERLAP_LOSS} higher loss than the same runs waiting for each exchange)")
+OVERLAP_COST = (f"is not free: each exchange lands one outer step late, and on the natural-text bench overlapped "
+                f"runs (DiLoCo presets) ended with {OVERLAP_LOSS} higher loss than the same runs waiting for each "
+                "exchange, at equal steps")
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,11 @@ class Plan:
         if best is None or not self.overlap:
             return ""
         h = self.inner_steps or best.inner_steps
-        without = self.compute_s / (self.compute_s + best.sync_s / h)
-        return f"overlap {OVERLAP_COST}; without it ~{without:.0%} GPU utilization at H={h}"
+
+        def without(steps: int) -> str:
+            return f"~{self.compute_s / (self.compute_s + best.sync_s / steps):.0%} at H={steps}"
+        own = f", {without(best.inner_steps)} (the preset's own H)" if h != best.inner_steps else ""
+        return f"overlap {OVERLAP_COST}; without it: GPU utilization {without(h)}{own}"
 
     def summary(self) -> str:
         """One line for the deploy form."""

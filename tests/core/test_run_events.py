@@ -141,6 +141,14 @@ def test_a_failed_worker_is_named_as_failed_never_as_not_yet():
         ("PULLING", "worker-1: pulling img; failed: worker-0 (OOMKilled, exit code 137)")
     assert combine({"worker-1": oom}, ["worker-0", "worker-1"]) == \
         ("PENDING", "failed: worker-1 (OOMKilled, exit code 137)")
+    data = ("PREPARING_DATA", "preparing c4: 30%")
+    assert combine({"worker-0": data, "worker-1": oom}, ["worker-0", "worker-1"]) == \
+        ("PREPARING_DATA", "worker-0: preparing c4: 30%; failed: worker-1 (OOMKilled, exit code 137)")
+    # an evicted 64-worker job: three named, the rest counted, the line stays short
+    many = {f"worker-{i}": ("FAILED", "Evicted: " + "x" * 290) for i in range(64)}
+    status, reason = combine(many, list(many))
+    assert status == "PENDING" and reason.endswith(" and 61 more") and reason.count("Evicted") == 3
+    assert len(reason) < 1000
 
 
 def test_a_late_worker_preparing_its_data_does_not_take_the_workspace_back():

@@ -91,6 +91,8 @@ def test_a_failed_pod_gets_the_workspace_recovered(fake, kubeconfig, capsys):  #
 
     second = fake.add_pod(job, "worker", 0)  # fails again: the budget of one is spent
     fake.end_container(second, 1)
-    assert service.status(ws.id).status in ("PENDING", "RENDEZVOUS", "RUNNING", "FAILED")
+    state = service.status(ws.id)  # the new job's pod failed, and there is no recovery left to try
+    assert (state.status, state.reason) == \
+        ("PENDING", "failed: worker-0 (Failed, exit code 1); waiting for the Volcano scheduler")
     assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == resubmitted["metadata"]["uid"]
     assert sum(e["kind"] == "recovery" for e in service.events(ws.id)) == 1

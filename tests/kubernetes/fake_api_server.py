@@ -152,24 +152,26 @@ class FakeKubeAPI:
             self.cond.notify_all()
 
     def end_container(self, name: str, exit_code: int, ns: str = "default", reason: str = "",
-                      message: str = "") -> None:
-        """The container exits; kubelet's terminated state carries `reason` (Error, OOMKilled) and
-        `message` (the container's termination message) when given."""
+                      message: str = "", finished_at: str = "") -> None:
+        """The container exits and the pod with it (as kubelet reports a pod it does not restart:
+        an eviction, node loss, or restartPolicy Never); the terminated state carries `reason`
+        (Error, OOMKilled), `message` (the termination message) and `finished_at` when given."""
         with self.cond:
             status, buffer = self._current(name, ns)
             buffer.ended = True
             terminated = {"exitCode": exit_code, **({"reason": reason} if reason else {}),
-                          **({"message": message} if message else {})}
+                          **({"message": message} if message else {}),
+                          **({"finishedAt": finished_at} if finished_at else {})}
             status["state"] = {"terminated": terminated}
             self._pod(name, ns)["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
             self.cond.notify_all()
 
-    def restart_container(self, name: str, ns: str = "default") -> None:
-        """The container crashed and kubelet started it again in the same pod."""
+    def restart_container(self, name: str, ns: str = "default", reason: str = "", exit_code: int = 1) -> None:
+        """The container crashed and kubelet started it again in the same pod (restartPolicy OnFailure)."""
         with self.cond:
             status, buffer = self._current(name, ns)
             buffer.ended = True
-            status["lastState"] = {"terminated": {"exitCode": 1}}
+            status["lastState"] = {"terminated": {"exitCode": exit_code, **({"reason": reason} if reason else {})}}
             status["restartCount"] += 1
             self.cond.notify_all()
         self.start_container(name, ns)

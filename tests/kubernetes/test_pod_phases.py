@@ -98,13 +98,13 @@ def test_a_failed_pod_is_named_as_failed_with_why_not_as_still_to_come(fake, tmp
     assert [(w.name, w.status, w.detail) for w in state.workers][1] == \
         ("worker-0", "FAILED", "OOMKilled, exit code 137")
 
-    # Before any worker trains: the others still wait, and the failure is said beside them.
+    # master-0 goes too: worker-1 has not trained yet, so the workspace waits, and says both failures.
     fake.end_container(master, 1, reason="Error", message="[red]boom[/red]\x1b[2J\nTraceback")
     state = backend.status("ws-fl")
     assert state.status == "RENDEZVOUS"
     assert state.reason == ("1 of 3 present; failed: master-0 (Error, exit code 1: [red]boom[/red] [2J Traceback), "
                             "worker-0 (OOMKilled, exit code 137)")
-    # Nobody left: the job's phase stands and the reason is the failures.
+    # Nobody left: the job's phase (Volcano's; it is restarting the job) stands, the reason is the failures.
     fake.end_container(second, 2, reason="Error")
     state = backend.status("ws-fl")
     assert state.status == "RUNNING" and state.reason.startswith("failed: master-0 (Error, exit code 1: [red]")
@@ -115,6 +115,72 @@ def test_a_failed_pod_is_named_as_failed_with_why_not_as_still_to_come(fake, tmp
     assert state.status == "FAILED"
     assert [w.detail for w in state.workers] == ["Error, exit code 1: [red]boom[/red] [2J Traceback",
                                                  "OOMKilled, exit code 137", "Error, exit code 2"]
+
+
+def _pod(phase: str, terminated: dict | None = None, last: dict | None = None, restarts: int = 0,
+         deleting: bool = False, **status) -> dict:
+    container = {"name": "trainer", "restartCount": restarts,
+                 "state": {"terminated": terminated} if terminated else {"running": {}}}
+    if last:
+        container["lastState"] = {"terminated": last}
+    pod = {"metadata": {"name": "gt-a1-worker-0"}, "status": {"phase": phase, **status}}
+    if terminated is not None or last:
+        pod["status"]["containerStatuses"] = [container]
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-24T16:00:00Z"
+    return pod
+
+
+def test_why_a_pod_failed_in_one_bounded_line():
+    from core.kubernetes.pod_phases import MAX_DETAIL, failure, last_restart, pod_phase
+
+    assert failure(_pod("Failed", {"exitCode": 137, "reason": "OOMKilled"})) == "OOMKilled, exit code 137"
+    assert failure(_pod("Failed", {"exitCode": 1})) == "Failed, exit code 1"
+    assert failure(_pod("Failed")) == "Failed"  # no container status at all
+    # an eviction: the pod's own reason first, then how its container stopped
+    evicted = _pod("Failed", {"exitCode": 137, "reason": "ContainerStatusUnknown"}, reason="Evicted",
+                   message="The node was low on resource: memory.")
+    assert failure(evicted) == \
+        "Evicted: The node was low on resource: memory. (ContainerStatusUnknown, exit code 137)"
+    assert failure(_pod("Failed", reason="DeadlineExceeded")) == "DeadlineExceeded"
+    hostile = failure(_pod("Failed", {"exitCode": 2, "message": "[b]x[/b]\x1b[2J\n" + "y" * 5000}))
+    assert hostile.startswith("Failed, exit code 2: [b]x[/b] [2J ") and len(hostile) == MAX_DETAIL
+    # restartPolicy OnFailure: kubelet restarts a crashed container in place, the pod stays Running
+    restarted = _pod("Running", {}, last={"exitCode": 137, "reason": "OOMKilled"}, restarts=2)
+    assert last_restart(restarted) == "OOMKilled, exit code 137"
+    assert last_restart(_pod("Running", {})) == ""
+    # a pod a job restart is stopping is not named as the failure
+    assert pod_phase(_pod("Failed", {"exitCode": 143}, deleting=True), [], None, 0) == \
+        ("PENDING", "stopped by a job restart")
+    assert pod_phase(_pod("Failed", {"exitCode": 143}), [], None, 0) == ("FAILED", "Failed, exit code 143")
+
+
+def test_a_restarted_container_says_why_and_the_first_failure_is_the_cause(fake, tmp_path, geotrain_home):
+    """A worker OOM-killed and restarted in place shows its restarts and why in its row; recover()
+    names the pod that failed first, not the pods a restart already stops."""
+    three = [{"vendor": "cpu", "gpus": 0, "nodes": ["n1", "n2", "n3"]}]
+    cluster = Cluster(name="dc", kind="kubernetes", config={"context": "fake-ctx", "node_groups": three},
+                      kubeconfig_path=write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+    backend = KubernetesBackend(cluster)
+    spec = make_spec(cluster="dc", workers=3)
+    backend.deploy("ws-rs", spec, {})
+    master = fake.add_pod("gt-ws-rs", "master", 0)
+    first = fake.add_pod("gt-ws-rs", "worker", 0)
+    second = fake.add_pod("gt-ws-rs", "worker", 1)
+    fake.set_job_phase("gt-ws-rs", "Running")
+    fake.restart_container(first, reason="OOMKilled", exit_code=137)
+    state = backend.status("ws-rs")
+    assert state.workers[1].detail == "started, no training step yet (restarts: 1; last: OOMKilled, exit code 137)"
+
+    fake.end_container(second, 1, reason="Error", finished_at="2026-11-24T10:00:01Z")  # the first to fail
+    fake.end_container(master, 137, reason="Error", finished_at="2026-11-24T10:00:05Z")
+    fake.end_container(first, 143, reason="Error", finished_at="2026-11-24T09:59:00Z")
+    fake.objects[("pods", "default", first)]["metadata"]["deletionTimestamp"] = "2026-11-24T09:59:00Z"
+    state = backend.status("ws-rs")
+    assert state.reason == "failed: master-0 (Error, exit code 137), worker-1 (Error, exit code 1)"
+    assert (state.workers[1].status, state.workers[1].detail) == \
+        ("PENDING", "stopped by a job restart (restarts: 1; last: OOMKilled, exit code 137)")
+    assert backend.recover("ws-rs", spec, state) == "pod worker-1 failed (Error, exit code 1)"
 
 
 def test_events_are_listed_per_namespace_by_kind(fake, tmp_path, geotrain_home):

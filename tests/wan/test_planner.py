@@ -94,9 +94,9 @@ def test_fewest_inner_steps_for_the_target_by_hand():
     assert result.utilization_at(result.recommended_estimate(), 8) == pytest.approx(1.0)  # 0.52 s < 0.8 s
     assert result.as_dict()["inner_steps"] == 8 and result.as_dict()["utilization_at_inner_steps"] == pytest.approx(1.0)
     # overlap is not free: the advice says what it measured in loss, and the utilization without it,
-    # 0.1 / (0.1 + 0.52 / 8) = 61%
-    assert "3-9% higher loss" in result.overlap_note()
-    assert result.overlap_note().endswith("; without it ~61% GPU utilization at H=8")
+    # 0.1 / (0.1 + 0.52 / 8) = 61% at the planner's H, 0.1 / (0.1 + 0.52 / 16) = 75% at the preset's
+    assert "ended with 3-9% higher loss than the same runs waiting for each exchange" in result.overlap_note()
+    assert result.overlap_note().endswith("; without it: GPU utilization ~61% at H=8, ~75% at H=16 (the preset's own H)")
     assert result.as_dict()["overlap_note"] == result.overlap_note()
     # 0.05 s steps: overlapped, the margin needs H >= 0.52 / (0.8 * 0.05) = 13 (12 steps would hide it: 0.6 s)
     short = planner.plan(PRESETS, 250_000, 0.05, NET, target=0.95, efficiency=1.0)
@@ -199,7 +199,8 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "recommended: preset medium at H=10 (diloco.inner_steps: 10) with overlap" in out
     assert "H=10: the fewest inner steps (at least 8) that keep the target on this link" in out
-    assert "  overlap costs loss per step: each exchange lands one outer step late" in out
+    assert "  overlap is not free: each exchange lands one outer step late" in out
+    assert "without it: GPU utilization ~57% at H=10, ~62% at H=12 (the preset's own H)" in out
     for argv, message in [(["clusters", "plan", "mars", "--model", "gpt-neo"], "no cluster named 'mars'"),
                           (["clusters", "plan", "--model", "bert"], "unknown model 'bert'"),
                           (["clusters", "plan", "--model", "gpt-neo", "--size", "9b"], "unknown size"),

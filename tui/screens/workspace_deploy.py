@@ -168,7 +168,7 @@ class DeployScreen(GeotrainScreen):
         plan, no_plan = None, ""
         try:
             plan = plan_for_cluster(self.app.service.store, cluster, model, size, workers=workers)
-            cost = f"; overlap costs {OVERLAP_LOSS} in loss per step" if plan.overlap else ""
+            cost = f"; overlapped runs ended {OVERLAP_LOSS} higher in loss at equal steps" if plan.overlap else ""
             text = f"Planner: {plan.summary()} on {cluster}, {workers} workers ({size}){cost}; ctrl+r uses it"
         except GeotrainError as exc:
             no_plan = exc.message
