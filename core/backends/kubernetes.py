@@ -30,8 +30,8 @@ from core.state.secret_store import SecretStore
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, being_deleted, events_by_pod, failure,
-                                        last_restart, master_exit_code, pod_phase, unschedulable_message)
+from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, events_by_pod, failure, first_failures,
+                                        master_exit_code, pod_phase, unschedulable_message, worker_detail)
 from core.domain.run_events import combine
 
 METRICS_TAIL_LINES = 2000
@@ -153,10 +153,7 @@ class KubernetesBackend(Backend):
         if job is None or state.status == Status.COMPLETED.value:
             return None
         phase = ((job.get("status") or {}).get("state") or {}).get("phase", "")
-        # The first pod to fail, not those a restart already under way is stopping (they fail after it)
-        failed = sorted((p for p in self._pods(workspace_id)
-                         if (p.get("status") or {}).get("phase") == "Failed" and not being_deleted(p)),
-                        key=_finished_at)
+        failed = first_failures(self._pods(workspace_id))
         if not failed and JOB_PHASES.get(phase) is not Status.FAILED:
             return None
         if failed:
@@ -291,9 +288,8 @@ class KubernetesBackend(Backend):
             if status == Status.RUNNING.value:
                 self._training.add(seen)
             phases[worker.name] = (status, detail)
-            # a failed pod's row keeps _worker's words; any other phase's words come with the restarts
-            if status != Status.FAILED.value and detail:
-                worker.detail = f"{detail}{_restarts(pod)}"
+            if status != Status.FAILED.value and detail:  # a failed pod's row keeps worker_detail's words
+                worker.detail = worker_detail(pod, detail)
             worker.status = status
         return combine(phases, [w.name for w in workers]), workers
 
@@ -318,16 +314,8 @@ class KubernetesBackend(Backend):
 
     def _worker(self, workspace_id: str, pod: dict[str, Any]) -> WorkerState:
         phase = (pod.get("status") or {}).get("phase", "Pending")
-        cstatus = container_status(pod)
-        waiting = (cstatus.get("state") or {}).get("waiting") or {}
-        detail = " ".join(filter(None, [waiting.get("reason"), waiting.get("message")]))
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                detail = cond.get("message") or cond.get("reason") or detail
-        if phase == "Failed":
-            detail = failure(pod)
         return WorkerState(self._label(workspace_id, pod["metadata"]["name"]),
-                           POD_PHASES.get(phase, Status.PENDING).value, f"{detail}{_restarts(pod)}".strip())
+                           POD_PHASES.get(phase, Status.PENDING).value, worker_detail(pod))
 
     def metrics(self, workspace_id: str) -> list[dict]:
         """Progress rows from rank 0's recent log lines (metrics.jsonl stays in the pod).
@@ -397,17 +385,3 @@ class KubernetesBackend(Backend):
             skipped += unpack_checkpoints(archive, dest)[1]
         return skipped
 
-
-def _finished_at(pod: dict[str, Any]) -> str:
-    """When the pod's container stopped (RFC 3339 sorts as text); unknown ones last."""
-    terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
-    return str(terminated.get("finishedAt") or "~")
-
-
-def _restarts(pod: dict[str, Any]) -> str:
-    """ (restarts: N; last: how the container stopped before its latest start), or ""."""
-    count = container_status(pod).get("restartCount")
-    if not count:
-        return ""
-    last = last_restart(pod)
-    return f" (restarts: {count}{f'; last: {last}' if last else ''})"

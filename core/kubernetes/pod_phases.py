@@ -134,6 +134,37 @@ def being_deleted(pod: dict[str, Any]) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
+def first_failures(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Failed pods, the first to fail first (by when their container stopped; unknown last),
+    leaving out those a restart already under way is stopping (they fail after it)."""
+    def finished(pod: dict[str, Any]) -> str:  # RFC 3339 times sort as text
+        terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
+        return str(terminated.get("finishedAt") or "~")
+    return sorted((p for p in pods if (p.get("status") or {}).get("phase") == "Failed" and not being_deleted(p)),
+                  key=finished)
+
+
+def worker_detail(pod: dict[str, Any], phase_detail: str = "") -> str:
+    """A worker row's words: `phase_detail` (what pod_phase found), else the pod's own state (a
+    waiting container's reason, the scheduler's message, why it failed), with its restarts:
+    " (restarts: N; last: how the container stopped before its latest start)"."""
+    cstatus = container_status(pod)
+    detail = phase_detail
+    if not detail:
+        waiting = (cstatus.get("state") or {}).get("waiting") or {}
+        detail = " ".join(filter(None, [waiting.get("reason"), waiting.get("message")]))
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                detail = cond.get("message") or cond.get("reason") or detail
+        if (pod.get("status") or {}).get("phase") == "Failed":
+            detail = failure(pod)
+    count = cstatus.get("restartCount")
+    if count:
+        last = last_restart(pod)
+        detail = f"{detail} (restarts: {count}{f'; last: {last}' if last else ''})"
+    return detail.strip()
+
+
 def unschedulable_message(job: dict[str, Any], podgroups: list[dict[str, Any]]) -> str:
     """The scheduler's word on a pending job: its PodGroup's Unschedulable condition, or ''."""
     uid = job["metadata"].get("uid")

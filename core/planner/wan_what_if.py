@@ -218,7 +218,7 @@ class Plan:
         h = self.inner_steps or best.inner_steps
 
         def without(steps: int) -> str:
-            return f"~{self.compute_s / (self.compute_s + best.sync_s / steps):.0%} at H={steps}"
+            return f"~{self.utilization_at(best, steps, overlap=False):.0%} at H={steps}"
         own = f", {without(best.inner_steps)} (the preset's own H)" if h != best.inner_steps else ""
         return f"overlap {OVERLAP_COST}; without it: GPU utilization {without(h)}{own}"
 
@@ -243,10 +243,10 @@ class Plan:
             return self.utilization_at(best, self.inner_steps)
         return best.utilization_overlap if self.overlap else best.utilization
 
-    def utilization_at(self, e: Estimate, h: int) -> float:
-        """`e`'s utilization with H inner steps instead of its own (in the recommended mode)."""
+    def utilization_at(self, e: Estimate, h: int, overlap: bool | None = None) -> float:
+        """`e`'s utilization with H inner steps instead of its own (in the recommended mode, or `overlap`'s)."""
         compute = self.compute_s
-        wait = max(0.0, e.sync_s - h * compute) if self.overlap else e.sync_s
+        wait = max(0.0, e.sync_s - h * compute) if (self.overlap if overlap is None else overlap) else e.sync_s
         return compute / (compute + wait / h)
 
 
