@@ -158,6 +158,7 @@ def worker_detail(pod: dict[str, Any], phase_detail: str = "") -> str:
                 detail = cond.get("message") or cond.get("reason") or detail
         if (pod.get("status") or {}).get("phase") == "Failed":
             detail = failure(pod)
+        detail = one_line(detail)[:MAX_DETAIL]  # the kubelet's and the scheduler's words, as they came
     count = cstatus.get("restartCount")
     if count:
         last = last_restart(pod)

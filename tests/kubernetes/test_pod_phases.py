@@ -132,7 +132,7 @@ def _pod(phase: str, terminated: dict | None = None, last: dict | None = None, r
 
 
 def test_why_a_pod_failed_in_one_bounded_line():
-    from core.kubernetes.pod_phases import MAX_DETAIL, failure, last_restart, pod_phase
+    from core.kubernetes.pod_phases import MAX_DETAIL, failure, last_restart, pod_phase, worker_detail
 
     assert failure(_pod("Failed", {"exitCode": 137, "reason": "OOMKilled"})) == "OOMKilled, exit code 137"
     assert failure(_pod("Failed", {"exitCode": 1})) == "Failed, exit code 1"
@@ -145,6 +145,15 @@ def test_why_a_pod_failed_in_one_bounded_line():
     assert failure(_pod("Failed", reason="DeadlineExceeded")) == "DeadlineExceeded"
     hostile = failure(_pod("Failed", {"exitCode": 2, "message": "[b]x[/b]\x1b[2J\n" + "y" * 5000}))
     assert hostile.startswith("Failed, exit code 2: [b]x[/b] [2J ") and len(hostile) == MAX_DETAIL
+    # a waiting container's or the scheduler's words are one line and capped as well
+    waiting = _pod("Pending", {})
+    waiting["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {
+        "reason": "CreateContainerConfigError", "message": "secret [red]x[/red]\n\x1b[31m" + "z" * 5000}}}]
+    row = worker_detail(waiting)
+    assert row.startswith("CreateContainerConfigError secret [red]x[/red]  [31mzz") and len(row) == MAX_DETAIL
+    unplaced = _pod("Pending", conditions=[{"type": "PodScheduled", "status": "False",
+                                             "message": "0/3 nodes are available:\n3 Insufficient gpu."}])
+    assert worker_detail(unplaced) == "0/3 nodes are available: 3 Insufficient gpu."
     # restartPolicy OnFailure: kubelet restarts a crashed container in place, the pod stays Running
     restarted = _pod("Running", {}, last={"exitCode": 137, "reason": "OOMKilled"}, restarts=2)
     assert last_restart(restarted) == "OOMKilled, exit code 137"
