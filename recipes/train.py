@@ -140,7 +140,9 @@ class Trainer:
         """Load the newest complete checkpoint (agreed by all ranks, or by the elastic quorum).
         False when an elastic run has already finished without this worker."""
         step = self.checkpoints.newest_complete() if self.cfg.checkpoint.resume else None
-        if self.membership is None and self.rt.distributed:
+        # every rank reads the same config: with resume off none of them takes part in the agreement,
+        # which would pick up the newest step all ranks hold
+        if self.membership is None and self.rt.distributed and self.cfg.checkpoint.resume:
             step = checkpoint.common_step(step, self.checkpoints.complete_steps(), self.rt.world_size)
         if step is not None:
             self.load(self.checkpoints.load(step))

@@ -162,6 +162,24 @@ def test_a_finished_run_resumed_with_more_steps_ends_where_a_run_planned_that_lo
     assert extended["eval_loss"] != ended["eval_loss"]
 
 
+def test_resume_false_starts_afresh_on_two_workers_beside_a_checkpoint(tmp_path, tiny_gpt):
+    """checkpoint.resume=false trains from step 0 even where every rank holds a complete checkpoint
+    (the ranks' agreement on a common step used to pick that checkpoint up anyway), and ends where a
+    run in an empty folder does."""
+    common = ["logging.wandb=false", "gradient_compression=high", "diloco.inner_steps=10", "logging.log_every=10",
+              "checkpoint.every=10"]
+    first = run_torchrun(tiny_gpt, [f"out_dir={tmp_path / 'again'}", "steps=20", *common])
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run_torchrun(tiny_gpt, [f"out_dir={tmp_path / 'again'}", "steps=30", "checkpoint.resume=false", *common])
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resumed from checkpoint" not in again.stdout + again.stderr
+    fresh = run_torchrun(tiny_gpt, [f"out_dir={tmp_path / 'fresh'}", "steps=30", *common])
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    [ran, alone] = [json.loads((tmp_path / d / "result.json").read_text()) for d in ("again", "fresh")]
+    assert ran["step"] == alone["step"] == 30 and ran["outer_step"] == alone["outer_step"] == 3
+    assert ran["eval_loss"] == alone["eval_loss"]
+
+
 def test_bad_config_exits_2_with_the_problem(tmp_path, tiny_gpt):
     res = subprocess.run(["python", "-m", "recipes.train", "--config", str(tiny_gpt), "optim.lr=abc"],
                          cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=60)
