@@ -139,6 +139,13 @@ class Trainer:
     def maybe_resume(self) -> bool:
         """Load the newest complete checkpoint (agreed by all ranks, or by the elastic quorum).
         False when an elastic run has already finished without this worker."""
+        held = self.checkpoints.steps_on_disk()
+        if not self.cfg.checkpoint.resume and held and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            # a new run would keep the older run's higher steps and prune its own (and a later resume
+            # would load the older run): say so and leave both as they are
+            raise ResumeError(f"{self.checkpoints.root} holds checkpoints of an earlier run (up to step {max(held)}) and "
+                              f"checkpoint.resume is false: move them aside or choose a new out_dir to start over, "
+                              f"or set checkpoint.resume=true to go on from them")
         step = self.checkpoints.newest_complete() if self.cfg.checkpoint.resume else None
         # every rank reads the same config: with resume off none of them takes part in the agreement,
         # which would pick up the newest step all ranks hold

@@ -30,9 +30,10 @@ from core.state.secret_store import SecretStore
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.pod_phases import (JOB_PHASES, POD_PHASES, events_by_pod, failure, first_failures,
-                                        master_exit_code, pod_phase, unschedulable_message, worker_detail)
-from core.domain.run_events import combine
+from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, failure,
+                                        first_failures, master_exit_code, pod_phase, unschedulable_message,
+                                        worker_detail)
+from core.domain.run_events import combine, one_line
 
 METRICS_TAIL_LINES = 2000
 PHASE_TAIL_LINES = 200  # enough of a starting pod's log to find its last data/rendezvous event
@@ -254,7 +255,7 @@ class KubernetesBackend(Backend):
         status = JOB_PHASES.get(state.get("phase", "Pending"), Status.PENDING)
         pods = self._pods(workspace_id)
         workers = [self._worker(workspace_id, pod) for pod in pods]
-        reason = state.get("message") or state.get("reason") or ""
+        reason = one_line(state.get("message") or state.get("reason") or "")[:MAX_DETAIL]  # Volcano's words
         failed = ""  # a failed pod, named while Volcano or the recovery check restarts the job
         if status in (Status.PENDING, Status.RUNNING) and pods:
             derived, workers = self._phases(workspace_id, pods, workers)

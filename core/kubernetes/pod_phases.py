@@ -18,6 +18,7 @@ from core.domain.records import Status
 from core.domain.run_events import WorkerPhase, one_line
 from core.kubernetes.pod_logs import container_status
 
+MAX_DETAIL = 300  # characters of a pod's, the kubelet's or the scheduler's own words per worker or job
 PULL_STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 STARTING = {"ContainerCreating", "PodInitializing"}
 POD_PHASES = {"Pending": Status.PENDING, "Running": Status.RUNNING,
@@ -66,7 +67,7 @@ def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) ->
     if reason in PULL_STUCK:
         message = waiting.get("message") or next(
             (e.get("message") for e in reversed(events) if e.get("reason") in ("Failed", "BackOff")), "")
-        said = f": {message}" if message else ""
+        said = f": {one_line(message)[:MAX_DETAIL]}" if message else ""  # the hint after it stays whole
         return Status.PULLING.value, one_line(f"stuck: {reason} on {node}{said} — {PULL_HINT}")
     if reason not in STARTING and (pod.get("status") or {}).get("phase") != "Pending":
         return None
@@ -76,7 +77,7 @@ def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) ->
     started = _event_time(pulls[-1])
     took = f" for {_duration(now - started)}" if started else ""
     image = (pulls[-1].get("message") or "").removeprefix("Pulling image ").strip('"') or "the image"
-    return Status.PULLING.value, one_line(f"pulling {image} on {node}{took}")
+    return Status.PULLING.value, one_line(f"pulling {image[:MAX_DETAIL]} on {node}{took}")
 
 
 def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list[str] | None,
@@ -95,10 +96,7 @@ def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list
         follow.feed(line)
     if follow.status == Status.PENDING.value:  # started, silent: torchrun's own rendezvous
         return Status.RENDEZVOUS.value, "started, no training step yet"
-    return follow.status, follow.detail
-
-
-MAX_DETAIL = 300  # characters of a pod's own words (reason, termination message) per worker
+    return follow.status, one_line(follow.detail)[:MAX_DETAIL]
 
 
 def _stopped(terminated: dict[str, Any], unnamed: str = "") -> str:
@@ -174,7 +172,7 @@ def unschedulable_message(job: dict[str, Any], podgroups: list[dict[str, Any]]) 
         if uid in owners or group["metadata"]["name"] == job["metadata"]["name"]:
             for cond in (group.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "Unschedulable" and cond.get("status") == "True":
-                    return cond.get("message") or cond.get("reason") or ""
+                    return one_line(cond.get("message") or cond.get("reason") or "")[:MAX_DETAIL]
     return ""
 
 

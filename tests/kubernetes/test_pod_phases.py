@@ -154,6 +154,24 @@ def test_why_a_pod_failed_in_one_bounded_line():
     unplaced = _pod("Pending", conditions=[{"type": "PodScheduled", "status": "False",
                                              "message": "0/3 nodes are available:\n3 Insufficient gpu."}])
     assert worker_detail(unplaced) == "0/3 nodes are available: 3 Insufficient gpu."
+    # a stuck pull keeps its hint after a capped message; a pull's image name is capped; the scheduler's
+    # word on the job (its PodGroup) is one line and capped as well
+    from core.kubernetes.pod_phases import PULL_HINT, pull_phase, unschedulable_message
+    stuck = _pod("Pending", {})
+    stuck["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {
+        "reason": "ErrImagePull", "message": "pull access denied\n[b]" + "q" * 5000}}}]
+    _, said = pull_phase(stuck, [], 0.0)
+    assert said.startswith("stuck: ErrImagePull on its node: pull access denied [b]qq") and said.endswith(PULL_HINT)
+    assert len(said) == len("stuck: ErrImagePull on its node: ") + MAX_DETAIL + len(" — ") + len(PULL_HINT)
+    pulling = _pod("Pending", {})
+    pulling["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    _, said = pull_phase(pulling, [{"reason": "Pulling", "message": 'Pulling image "' + "r" * 5000 + '"'}], 0.0)
+    assert said == f"pulling {'r' * MAX_DETAIL} on its node"
+    job = {"metadata": {"name": "gt-a1", "uid": "u1"}}
+    group = {"metadata": {"name": "pg", "ownerReferences": [{"uid": "u1"}]}, "status": {"conditions": [
+        {"type": "Unschedulable", "status": "True", "message": "3/3 tasks in gang unschedulable:\n" + "s" * 5000}]}}
+    word = unschedulable_message(job, [group])
+    assert word.startswith("3/3 tasks in gang unschedulable: sss") and len(word) == MAX_DETAIL
     # restartPolicy OnFailure: kubelet restarts a crashed container in place, the pod stays Running
     restarted = _pod("Running", {}, last={"exitCode": 137, "reason": "OOMKilled"}, restarts=2)
     assert last_restart(restarted) == "OOMKilled, exit code 137"

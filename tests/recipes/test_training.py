@@ -162,22 +162,31 @@ def test_a_finished_run_resumed_with_more_steps_ends_where_a_run_planned_that_lo
     assert extended["eval_loss"] != ended["eval_loss"]
 
 
-def test_resume_false_starts_afresh_on_two_workers_beside_a_checkpoint(tmp_path, tiny_gpt):
-    """checkpoint.resume=false trains from step 0 even where every rank holds a complete checkpoint
-    (the ranks' agreement on a common step used to pick that checkpoint up anyway), and ends where a
-    run in an empty folder does."""
+def test_resume_false_beside_an_earlier_runs_checkpoints_is_refused_and_leaves_them(tmp_path, tiny_gpt):
+    """checkpoint.resume=false in a folder that holds checkpoints: one line saying what to do (the workers exit 2),
+    nothing changed (the ranks' agreement on a common step used to resume the newest one anyway, and
+    a fresh run there would prune its own checkpoints for the older run's higher steps)."""
     common = ["logging.wandb=false", "gradient_compression=high", "diloco.inner_steps=10", "logging.log_every=10",
               "checkpoint.every=10"]
-    first = run_torchrun(tiny_gpt, [f"out_dir={tmp_path / 'again'}", "steps=20", *common])
+    out = tmp_path / "again"
+    first = run_torchrun(tiny_gpt, [f"out_dir={out}", "steps=20", *common])
     assert first.returncode == 0, first.stderr[-2000:]
-    again = run_torchrun(tiny_gpt, [f"out_dir={tmp_path / 'again'}", "steps=30", "checkpoint.resume=false", *common])
-    assert again.returncode == 0, again.stderr[-2000:]
+    before = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    again = run_torchrun(tiny_gpt, [f"out_dir={out}", "steps=30", "checkpoint.resume=false", *common])
+    assert again.returncode != 0
     assert "resumed from checkpoint" not in again.stdout + again.stderr
-    fresh = run_torchrun(tiny_gpt, [f"out_dir={tmp_path / 'fresh'}", "steps=30", *common])
+    said = {line.split("error: ", 1)[1] for line in again.stderr.splitlines() if "error: " in line}
+    assert said == {f"{out / 'checkpoints'} holds checkpoints of an earlier run (up to step 20) and checkpoint.resume is false: "
+                    "move them aside or choose a new out_dir to start over, or set checkpoint.resume=true to go "
+                    "on from them"}
+    after = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k.parts[0] == "checkpoints"} == \
+        {k: v for k, v in before.items() if k.parts[0] == "checkpoints"}
+    assert json.loads((out / "result.json").read_text())["step"] == 20
+    # in an empty folder resume=false simply trains
+    fresh = run_torchrun(tiny_gpt, [f"out_dir={tmp_path / 'fresh'}", "steps=30", "checkpoint.resume=false", *common])
     assert fresh.returncode == 0, fresh.stderr[-2000:]
-    [ran, alone] = [json.loads((tmp_path / d / "result.json").read_text()) for d in ("again", "fresh")]
-    assert ran["step"] == alone["step"] == 30 and ran["outer_step"] == alone["outer_step"] == 3
-    assert ran["eval_loss"] == alone["eval_loss"]
+    assert json.loads((tmp_path / "fresh" / "result.json").read_text())["step"] == 30
 
 
 def test_bad_config_exits_2_with_the_problem(tmp_path, tiny_gpt):
