@@ -136,11 +136,12 @@ class Trainer:
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 
-    def maybe_resume(self) -> bool:
+    def maybe_resume(self, restart: int = 0) -> bool:
         """Load the newest complete checkpoint (agreed by all ranks, or by the elastic quorum).
-        False when an elastic run has already finished without this worker."""
-        held = self.checkpoints.steps_on_disk()
-        if not self.cfg.checkpoint.resume and held and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        False when an elastic run has already finished without this worker. `restart`: torchrun's
+        restart count (0 on a run's first start)."""
+        held = [] if self.cfg.checkpoint.resume or restart else self.checkpoints.steps_on_disk()
+        if held:
             # a new run would keep the older run's higher steps and prune its own (and a later resume
             # would load the older run): say so and leave both as they are
             raise ResumeError(f"{self.checkpoints.root} holds checkpoints of an earlier run (up to step {max(held)}) and "
@@ -243,7 +244,7 @@ def run(cfg: TrainConfig) -> int:
                  f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits), "
                  f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")
     try:
-        joined = trainer.maybe_resume()
+        joined = trainer.maybe_resume(restart)
     except ResumeError as exc:
         return _refuse(exc, telemetry)
     if not joined:
