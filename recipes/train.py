@@ -240,8 +240,9 @@ def run(cfg: TrainConfig) -> int:
 
         uploader = HubUploader(cfg.checkpoint.hf_repo, private=cfg.checkpoint.hf_private)
     comp = trainer.comp
+    outer = f", outer lr {comp.outer_lr:g}" if comp.algorithm == "diloco" else ""
     say(rt.rank, f"{cfg.model}/{cfg.size} {count_parameters(trainer.model):,} params, preset "
-                 f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits), "
+                 f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits{outer}), "
                  f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")
     try:
         joined = trainer.maybe_resume(restart)

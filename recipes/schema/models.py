@@ -76,7 +76,8 @@ class DilocoConfig(Section):
     inner_steps: Optional[Int] = Field(None, ge=1)
     """H, inner steps per outer step; null takes the preset's value."""
     outer_lr: Optional[Float] = None
-    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's (0.5 to 0.9)."""
+    """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's for the run's Adam beta1
+    (presets.yaml: 0.5 to 0.9 at beta1 0.9, 0.7 to 1.2 at 0.5; the nearest beta1 tuned wins)."""
     outer_momentum: Optional[Float] = None
     """Outer Nesterov momentum; null: the preset's (0.6)."""
     bits: Optional[WireBits] = None

@@ -55,6 +55,14 @@ def test_text_task_runs_budgets_in_parallel_once_each_and_guards_its_baseline(tm
     again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(out), "--device", "cuda"], cwd=REPO,
                            env=recipe_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "run DDP again here" in again.stderr and "seed 0" not in again.stdout
+    # nor is one run with other settings for every method (an older report, at Adam beta1 0.9)
+    older = {**report, "shared": [s for s in report["shared"] if not s.startswith("optim.betas=")]}
+    assert older["shared"] != report["shared"]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(tmp_path / "older.json")], cwd=REPO,
+                           env=recipe_env(), capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "settings for every method (optim.betas=[0.5,0.95])" in again.stderr
+    assert "seed 0" not in again.stdout
 
 
 def test_a_failed_run_names_the_workers_exception_not_the_launchers_summary():

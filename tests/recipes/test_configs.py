@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from recipes.catalog import catalog
-from recipes.config import CONFIGS_DIR, ConfigError, load_config, load_presets, parse_config, resolve_compression
+from recipes.config import (CONFIGS_DIR, ConfigError, load_config, load_presets, parse_config, preset_outer_lr,
+                            resolve_compression)
 
 ALL = [(m, s) for m, sizes in catalog().items() for s in sizes]
 
@@ -33,6 +34,7 @@ def test_presets_table_has_what_core_and_planner_read():
         assert isinstance(p["inner_steps"], int) and p["inner_steps"] >= 1
         assert p["bits"] in (32, 16, 8, 4, 1)
         assert isinstance(p["description"], str) and p["description"]
+        assert all(0 < b < 1 and lr > 0 for b, lr in p.get("outer_lr_by_beta1", {}).items()), name
     h = [p["inner_steps"] for p in presets.values()]
     assert h == sorted(h), "higher presets synchronise less often"
 
@@ -43,6 +45,25 @@ def test_overrides_apply_and_resolve_the_preset():
     comp = resolve_compression(cfg)
     assert (comp.algorithm, comp.inner_steps, comp.bits) == ("diloco", 7, 1)
     assert cfg.optim.lr == pytest.approx(1e-4)
+
+
+def test_a_presets_outer_lr_follows_the_inner_beta1_it_was_tuned_at():
+    # presets.yaml: low's outer lr is 0.5 at Adam beta1 0.9 and 0.7 at 0.5 (unstable at 0.9)
+    base = {"model": "gpt-neo", "size": "tiny", "gradient_compression": "low"}
+    low = load_presets()["low"]
+    assert (low["outer_lr"], low["outer_lr_by_beta1"]) == (0.5, {0.5: 0.7})
+
+    def outer(*sets):
+        return resolve_compression(parse_config(base, list(sets))).outer_lr
+
+    assert outer() == 0.5  # the configs' beta1 0.9
+    assert outer("optim.betas=[0.5,0.95]") == 0.7
+    assert outer("optim.betas=[0.3,0.95]") == 0.7  # nearest
+    assert outer("optim.betas=[0.8,0.95]") == 0.5
+    assert outer("optim.betas=[0.7,0.95]") == 0.5  # a tie: the plain outer_lr
+    assert outer("optim.betas=[0.5,0.95]", "diloco.outer_lr=0.3") == 0.3  # the config's own wins
+    assert preset_outer_lr({"outer_lr": 0.9}, 0.5) == 0.9  # no table: one value for every beta1
+    assert preset_outer_lr({}, 0.9) == 0.7  # Compression's default
 
 
 def test_bad_override_is_reported_not_ignored():

@@ -196,6 +196,14 @@ def test_reports_of_one_seed_each_merge_into_the_worst_case():
     finished["finished_model"] = True  # a report from before runs ended on their finished model lacks it
     with pytest.raises(ValueError, match="end their runs differently"):
         merge_reports([report(0, [2.6, 2.5]), finished])
+    now, older = report(1, [2.6, 2.5]), report(0, [2.6, 2.5])
+    now["shared"], older["shared"] = ["optim.lr=0.003", "optim.betas=[0.5,0.95]"], ["optim.lr=0.003"]
+    with pytest.raises(ValueError, match=r"different settings for every method \(optim.betas=\[0.5,0.95\]\): run "):
+        merge_reports([now, older])
+    del older["shared"]  # a report from before the settings were recorded
+    with pytest.raises(ValueError, match=r"\(optim.betas=\[0.5,0.95\], optim.lr=0.003\)"):
+        merge_reports([now, older])
+    assert merge_reports([now, {**older, "shared": now["shared"]}])["seeds"] == [0, 1]
 
 
 def test_a_text_run_records_the_held_out_curve_of_the_agreed_weights(tmp_path):

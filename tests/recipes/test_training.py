@@ -129,6 +129,7 @@ def test_single_process_run_needs_no_torchrun_and_a_rerun_after_the_end_changes_
     res = subprocess.run(cmd, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "[rank 0] done" in res.stdout
+    assert "preset high (diloco, H=10, 1 bits, outer lr 0.9)" in res.stdout  # the preset's at Adam beta1 0.9
     first = json.loads((out / "result.json").read_text())
     assert first["bytes_sent"] == 0  # nothing crosses a wire with one process
     assert first["outer_step"] == 3  # 2 full phases + the final partial one (steps 21-25)
