@@ -114,10 +114,11 @@ PRESET_BETA1 = 0.9  # the inner Adam beta1 a preset's plain `outer_lr` was tuned
 def preset_outer_lr(preset: dict, beta1: float) -> float:
     """The preset's outer lr for a run whose inner Adam beta1 is `beta1`: `outer_lr` was measured best
     at PRESET_BETA1 and `outer_lr_by_beta1` (beta1 -> outer lr) at others; the nearest beta1 wins, a tie
-    the plain `outer_lr`. (On the text bench `low`'s best at beta1 0.5, 0.7, is unstable at 0.9.)"""
-    table = {PRESET_BETA1: float(preset.get("outer_lr", 0.7))}
+    the plain `outer_lr`, then the higher beta1. (On the text bench `low`'s best at beta1 0.5, 0.7, is
+    unstable at 0.9.)"""
+    table = {PRESET_BETA1: float(preset.get("outer_lr", Compression.outer_lr))}
     table.update({float(b): float(lr) for b, lr in (preset.get("outer_lr_by_beta1") or {}).items()})
-    return table[min(table, key=lambda b: (round(abs(b - beta1), 9), b != PRESET_BETA1))]
+    return table[min(table, key=lambda b: (round(abs(b - beta1), 9), b != PRESET_BETA1, -b))]
 
 
 def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compression:
@@ -132,7 +133,7 @@ def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compre
         chunk=cfg.demo.chunk or preset.get("chunk", 64),
         topk=cfg.demo.topk or preset.get("topk", 4),
         outer_lr=(cfg.diloco.outer_lr if cfg.diloco.outer_lr is not None
-                  else preset_outer_lr(preset, cfg.optim.betas[0])),
+                  else preset_outer_lr(preset, cfg.optim.betas[0] if cfg.optim.name == "adamw" else PRESET_BETA1)),
         outer_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
                         else preset.get("outer_momentum", 0.9)),
         overlap_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None

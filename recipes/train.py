@@ -124,6 +124,13 @@ class Trainer:
                 "names no optimizer we know"
             raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} {found}, or start over "
                               f"in a new out_dir (with a new checkpoint.hf_repo if one is set)")
+        betas = (state["config"].get("optim") or {}).get("betas")
+        if betas is not None and list(betas) != list(self.cfg.optim.betas):
+            # the optimizer's saved state would keep its betas, and the preset's outer lr follows beta1
+            said = "[" + ",".join(f"{b:g}" for b in betas) + "]"
+            raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} was trained with "
+                              f"optim.betas={said}: set optim.betas={said} to resume it, or start over in a new "
+                              "out_dir (with a new checkpoint.hf_repo if one is set)")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -240,7 +247,8 @@ def run(cfg: TrainConfig) -> int:
 
         uploader = HubUploader(cfg.checkpoint.hf_repo, private=cfg.checkpoint.hf_private)
     comp = trainer.comp
-    outer = f", outer lr {comp.outer_lr:g}" if comp.algorithm == "diloco" else ""
+    sign_step = comp.algorithm == "demo" and cfg.demo.sign_step  # its own step size, demo.sign_lr
+    outer = f", outer lr {cfg.demo.sign_lr if sign_step else comp.outer_lr:g}" if comp.algorithm != "ddp" else ""
     say(rt.rank, f"{cfg.model}/{cfg.size} {count_parameters(trainer.model):,} params, preset "
                  f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits{outer}), "
                  f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")

@@ -21,15 +21,16 @@ from core.errors import InvalidInput
 # sharing the link): DDP on the WAN bench moved 5.45 MB/s over a 50 Mbit/s (6.25 MB/s) tbf link.
 DEFAULT_EFFICIENCY = 0.87
 DEFAULT_TARGET = 0.95
-# The fewest inner steps the planner suggests: on the natural-text bench, with the presets' outer
-# lr 0.5 / momentum 0.6, H = 4 ended further from DDP's loss (1.030x on seed 1) than H = 8 (1.013x,
+# The fewest inner steps the planner suggests: on the natural-text bench at Adam beta1 0.9, with the
+# presets' outer lr 0.5 / momentum 0.6, H = 4 ended further from DDP's loss (1.030x on seed 1) than H = 8 (1.013x,
 # both seeds; README).
 H_FLOOR = 8
 # When the planner lowers H for an overlapped exchange, the exchange may fill at most this share of
 # the H steps of compute it hides behind: the model predicts 100% up to a full window, but on the WAN
 # bench `low-overlap` measured 90% with the exchange filling ~84% of it (ranks wait for the slowest).
 OVERLAP_FILL = 0.8
-# What overlap costs, measured (README "Overlap with eager updates", finished models at issue 15's budgets).
+# What overlap costs, measured (README "Overlap with eager updates", finished models at issue 15's budgets,
+# Adam beta1 0.9).
 OVERLAP_LOSS = "3-9%"
 OVERLAP_COST = (f"is not free: each exchange lands one outer step late, and on the natural-text bench overlapped "
                 f"runs (DiLoCo presets) ended with {OVERLAP_LOSS} higher loss than the same runs waiting for each "

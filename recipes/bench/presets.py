@@ -228,7 +228,7 @@ def torch_version() -> str:
 
 
 def text_main(args) -> int:
-    from recipes.bench.text import TEXT_SHARED, different_settings, merge_reports, print_text_table, run_text
+    from recipes.bench.text import TEXT_SHARED, merge_reports, print_text_table, run_text, settings_differ
 
     if args.merge:
         report = merge_reports([json.loads(f.read_text()) for f in args.merge])
@@ -267,9 +267,10 @@ def text_main(args) -> int:
             raise SystemExit(f"--ddp-from {args.ddp_from}: its DDP ran on {earlier.get('device', 'cpu')} with torch "
                              f"{earlier.get('torch', '?')}, this run on {args.device} with {torch_version()}: "
                              "run DDP again here")
-        if earlier.get("shared") != TEXT_SHARED:
-            raise SystemExit(f"--ddp-from {args.ddp_from}: " + different_settings(
-                "its DDP and this run", [earlier.get("shared", []), TEXT_SHARED]))
+        differ = settings_differ(earlier, {"shared": TEXT_SHARED, "sets": {"ddp": overrides["ddp"]}}, ["ddp"])
+        if differ:
+            raise SystemExit(f"--ddp-from {args.ddp_from}: its DDP ran with other settings than this run's ({differ}): "
+                             "run DDP again here (leave out --ddp-from)")
         ddp_curves = {r["seed"]: r["methods"]["ddp"]["curve"] for r in earlier["runs"]}
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     device = ["device=cuda", "dist.backend=gloo"] if args.device == "cuda" else ["device=cpu"]

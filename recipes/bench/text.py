@@ -33,7 +33,7 @@ from pathlib import Path
 
 HELDOUT_FRACTION = 0.10
 PASSAGE_BYTES = 1024
-# Adam beta1 0.5 for every method: DDP ends 2-3% lower than at the configs' 0.9 (README "Adam beta1 0.5 on
+# Adam beta1 0.5 for every method: DDP ends 1.7-4.1% lower than at the configs' 0.9 (README "Adam beta1 0.5 on
 # the text bench"); the presets' outer lr follows it (presets.yaml outer_lr_by_beta1).
 TEXT_SHARED = ["data.source=c4", "data.tokenizer=bytes", "data.batch_size=8", "data.seq_len=64",
                "optim.lr=0.003", "optim.betas=[0.5,0.95]", "optim.warmup_steps=50", "logging.wandb=false",
@@ -226,18 +226,28 @@ def run_text(methods: list[str], steps: int, seeds: list[int], eval_every: int, 
     return {"task": "text", "corpus": {"source": "CPython pydoc_data/topics.py (PSF licence)", **corpus},
             "ddp_steps": steps, "reach_run_steps": 2 * steps, "eval_every": eval_every, "workers": 2,
             "finished_model": True,  # a run's last point is its finished model (finished_curve)
-            "shared": TEXT_SHARED,  # every method's settings (a report without them ran at Adam beta1 0.9)
+            "shared": list(TEXT_SHARED),  # every method's settings (a report without them ran at Adam beta1 0.9)
+            "sets": {name: list(overrides[name]) for name in methods},  # and each method's own (--set)
             "budgets": list(budgets), "seeds": seeds, "ddp_loss": sum(r["ddp_loss"] for r in runs) / len(runs),
             "methods": {name: worst_of(runs, name) for name in methods}, "runs": runs}
 
 
-def different_settings(what: str, shared: list[list[str]]) -> str:
-    """One line: which of every method's settings differ between reports (a report without them
-    ran before they were recorded, at Adam beta1 0.9)."""
-    sets = [set(s) for s in shared]
-    differ = sorted(set.union(*sets) - set.intersection(*sets)) or ["(not recorded in an older report)"]
-    return (f"{what} were run with different settings for every method ({', '.join(differ)}): "
-            "run the older seeds again with this bench")
+def _settings(items: list[str]) -> dict[str, str]:
+    """key -> value of `key=value` settings, a later one winning as in a run."""
+    return dict(item.partition("=")[::2] for item in items)
+
+
+def settings_differ(a: dict, b: dict, names: list[str]) -> str | None:
+    """In words, how report `a` ran the methods `names` differently from report `b` (every method's
+    settings, then each one's own); None when alike."""
+    if ("shared" in a) != ("shared" in b):
+        return "one of them records no settings: it was made before reports recorded them, at Adam beta1 0.9"
+    pairs = [("every method", _settings(a.get("shared", [])), _settings(b.get("shared", [])))]
+    pairs += [(name, _settings(a.get("sets", {}).get(name, [])), _settings(b.get("sets", {}).get(name, [])))
+              for name in names]
+    said = [f"{who} {key}={x.get(key, '(unset)')} against {y.get(key, '(unset)')}"
+            for who, x, y in pairs for key in sorted(set(x) | set(y)) if x.get(key) != y.get(key)]
+    return "; ".join(said) or None
 
 
 def merge_reports(reports: list[dict]) -> dict:
@@ -249,8 +259,12 @@ def merge_reports(reports: list[dict]) -> dict:
     if len({bool(o.get("finished_model")) for o in reports}) > 1:
         raise ValueError("these reports end their runs differently (some on the finished model, some on the last "
                          "whole-phase sync, before that change): run the older seeds again")
-    if len({tuple(o.get("shared", ())) for o in reports}) > 1:
-        raise ValueError(different_settings("these reports", [o.get("shared", []) for o in reports]))
+    for other in reports[1:]:
+        both = [n for n in first.get("methods", {}) if n in other.get("methods", {}) and n != "none"]
+        differ = settings_differ(first, other, list(dict.fromkeys(["ddp", *both])))
+        if differ:
+            raise ValueError(f"these reports were run with different settings ({differ}): "
+                             "run the older seeds again with this bench")
     for key in ("device", "torch"):  # DDP's loss moves with the torch build and the device
         seen = {o[key] for o in reports if key in o}
         if len(seen) > 1:

@@ -24,6 +24,9 @@ def _issue(path: str, expected: str, found: Any, message: str) -> dict:
     return {"path": path, "expected": expected, "found": repr(found), "message": message}
 
 
+_SIGNS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+
+
 def _from_pydantic(error: dict) -> dict:
     """One pydantic error in the words of this project."""
     loc = [str(p) for p in error["loc"] if not isinstance(p, int)]  # list items: the list's path
@@ -39,10 +42,17 @@ def _from_pydantic(error: dict) -> dict:
     if kind == "missing":
         return _issue(path, expected, None, f"missing required key {loc[-1]!r}")
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        items = [p for p in error["loc"] if isinstance(p, int)]
+        if items:  # a list item's own limit (optim.betas[0] < 1), from the error's context
+            ctx = error.get("ctx") or {}
+            limit = " and ".join(f"{sign} {ctx[key]}" for key, sign in _SIGNS.items() if key in ctx)
+            where = path + "".join(f"[{i}]" for i in items)
+            return _issue(path, f"{expected}{bounds(info) if info else ''}, each {limit}", value,
+                          f"{where} must be {limit}, found {value!r}")
         limit = bounds(info).strip() if info else ""
         return _issue(path, expected + bounds(info), value, f"{path} must be {limit}, found {value!r}")
     if kind in ("too_short", "too_long"):
-        return _issue(path, expected + bounds(info), value, f"{path} needs {bounds(info).strip()}")
+        return _issue(path, expected + bounds(info), value, f"{path} needs {bounds(info).strip().removeprefix('of ')}, found {value!r}")
     if kind in ("model_type", "dict_type") and not loc:
         return _issue(path, "a mapping", value, f"expected a mapping of keys, found {value!r}")
     return _issue(path, expected, value, f"expected {expected}, found {value!r}")

@@ -54,8 +54,9 @@ class OptimConfig(Section):
     """Peak learning rate after warmup."""
     weight_decay: Float = 0.0
     """Decoupled weight decay (both optimizers)."""
-    betas: list[Float] = Field(default_factory=lambda: [0.9, 0.95], min_length=2, max_length=2)
-    """AdamW (beta1, beta2)."""
+    betas: list[Annotated[Float, Field(ge=0, lt=1)]] = Field(default_factory=lambda: [0.9, 0.95], min_length=2,
+                                                            max_length=2)
+    """AdamW (beta1, beta2), each in [0, 1); a preset's outer lr follows beta1 (presets.yaml)."""
     muon_momentum: Float = Field(0.95, ge=0, lt=1)
     """Muon's Nesterov momentum (with name: muon)."""
     warmup_steps: Int = 20

@@ -55,13 +55,18 @@ def test_text_task_runs_budgets_in_parallel_once_each_and_guards_its_baseline(tm
     again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(out), "--device", "cuda"], cwd=REPO,
                            env=recipe_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "run DDP again here" in again.stderr and "seed 0" not in again.stdout
-    # nor is one run with other settings for every method (an older report, at Adam beta1 0.9)
-    older = {**report, "shared": [s for s in report["shared"] if not s.startswith("optim.betas=")]}
-    assert older["shared"] != report["shared"]
+    # nor is one run with other settings: an older report (none recorded) or DDP at another Adam beta1
+    assert report["shared"][-1] == "logging.log_every=100" and "optim.betas=[0.5,0.95]" in report["shared"]
+    assert report["sets"]["low"] == ["gradient_compression=low", "diloco.inner_steps=5"]
+    older = {k: v for k, v in report.items() if k not in ("shared", "sets")}
     (tmp_path / "older.json").write_text(json.dumps(older))
     again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(tmp_path / "older.json")], cwd=REPO,
                            env=recipe_env(), capture_output=True, text=True, timeout=60)
-    assert again.returncode == 1 and "settings for every method (optim.betas=[0.5,0.95])" in again.stderr
+    assert again.returncode == 1 and "records no settings" in again.stderr and "run DDP again here" in again.stderr
+    assert "seed 0" not in again.stdout
+    again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(out), "--set", "ddp:optim.betas=[0.9,0.95]"],
+                           cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "(ddp optim.betas=(unset) against [0.9,0.95])" in again.stderr
     assert "seed 0" not in again.stdout
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from recipes.catalog import catalog
-from recipes.config import (CONFIGS_DIR, ConfigError, load_config, load_presets, parse_config, preset_outer_lr,
-                            resolve_compression)
+from recipes.config import (CONFIGS_DIR, PRESET_BETA1, ConfigError, load_config, load_presets, parse_config,
+                            preset_outer_lr, resolve_compression)
 
 ALL = [(m, s) for m, sizes in catalog().items() for s in sizes]
 
@@ -34,7 +34,9 @@ def test_presets_table_has_what_core_and_planner_read():
         assert isinstance(p["inner_steps"], int) and p["inner_steps"] >= 1
         assert p["bits"] in (32, 16, 8, 4, 1)
         assert isinstance(p["description"], str) and p["description"]
-        assert all(0 < b < 1 and lr > 0 for b, lr in p.get("outer_lr_by_beta1", {}).items()), name
+        by_beta1 = p.get("outer_lr_by_beta1", {})
+        assert all(isinstance(b, float) and 0 <= b < 1 and b != PRESET_BETA1 and lr > 0  # 0.9 is outer_lr's
+                   for b, lr in by_beta1.items()), name
     h = [p["inner_steps"] for p in presets.values()]
     assert h == sorted(h), "higher presets synchronise less often"
 
@@ -62,8 +64,26 @@ def test_a_presets_outer_lr_follows_the_inner_beta1_it_was_tuned_at():
     assert outer("optim.betas=[0.8,0.95]") == 0.5
     assert outer("optim.betas=[0.7,0.95]") == 0.5  # a tie: the plain outer_lr
     assert outer("optim.betas=[0.5,0.95]", "diloco.outer_lr=0.3") == 0.3  # the config's own wins
+    assert outer("optim.betas=[0.5,0.95]", "optim.name=muon") == 0.5  # tuned with AdamW only
     assert preset_outer_lr({"outer_lr": 0.9}, 0.5) == 0.9  # no table: one value for every beta1
     assert preset_outer_lr({}, 0.9) == 0.7  # Compression's default
+    two = {"outer_lr": 0.9, "outer_lr_by_beta1": {0.3: 2.0, 0.5: 1.2}}
+    assert [preset_outer_lr(two, b) for b in (0.0, 0.39, 0.4, 0.41, 0.7, 0.95)] == [2.0, 2.0, 1.2, 1.2, 0.9, 0.9]
+
+
+def test_a_list_items_limit_names_the_item():
+    # a preset's outer lr follows Adam's beta1, so a beta outside [0, 1) is refused, not picked from
+    def said(betas):
+        with pytest.raises(ConfigError) as exc:
+            parse_config({"model": "gpt-neo", "size": "tiny"}, [f"optim.betas={betas}"])
+        return [(e["path"], e["expected"], e["message"]) for e in exc.value.errors]
+
+    assert said("[1.5,0.95]") == [("optim.betas", "a list of floats of 2 values, each < 1",
+                                   "optim.betas[0] must be < 1, found 1.5")]
+    assert said("[0.5,-0.1]") == [("optim.betas", "a list of floats of 2 values, each ≥ 0",
+                                   "optim.betas[1] must be ≥ 0, found -0.1")]
+    assert said("[.nan,0.95]")[0][2].startswith("optim.betas[0] must be ")
+    assert said("[0.5]") == [("optim.betas", "a list of floats of 2 values", "optim.betas needs 2 values, found [0.5]")]
 
 
 def test_bad_override_is_reported_not_ignored():

@@ -198,12 +198,18 @@ def test_reports_of_one_seed_each_merge_into_the_worst_case():
         merge_reports([report(0, [2.6, 2.5]), finished])
     now, older = report(1, [2.6, 2.5]), report(0, [2.6, 2.5])
     now["shared"], older["shared"] = ["optim.lr=0.003", "optim.betas=[0.5,0.95]"], ["optim.lr=0.003"]
-    with pytest.raises(ValueError, match=r"different settings for every method \(optim.betas=\[0.5,0.95\]\): run "):
+    with pytest.raises(ValueError, match=r"different settings \(every method optim.betas=\[0.5,0.95\] against \(unset\)\): run "):
         merge_reports([now, older])
-    del older["shared"]  # a report from before the settings were recorded
-    with pytest.raises(ValueError, match=r"\(optim.betas=\[0.5,0.95\], optim.lr=0.003\)"):
+    older["shared"] = list(now["shared"])
+    older["sets"] = {"x": ["gradient_compression=low", "optim.betas=[0.9,0.95]"]}  # --set x:optim.betas=...
+    with pytest.raises(ValueError, match=r"\(x gradient_compression=low against \(unset\); x optim.betas=\[0.9,0.95\] "
+                                         r"against \(unset\)\)"):
+        merge_reports([older, now])
+    del older["shared"], older["sets"]  # a report from before the settings were recorded
+    with pytest.raises(ValueError, match="records no settings: it was made before reports recorded them, at Adam"):
         merge_reports([now, older])
     assert merge_reports([now, {**older, "shared": now["shared"]}])["seeds"] == [0, 1]
+    assert merge_reports([report(0, [2.6, 2.5]), report(1, [2.6, 2.5])])["seeds"] == [0, 1]  # neither records them
 
 
 def test_a_text_run_records_the_held_out_curve_of_the_agreed_weights(tmp_path):

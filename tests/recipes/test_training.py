@@ -197,22 +197,38 @@ def test_bad_config_exits_2_with_the_problem(tmp_path, tiny_gpt):
     assert "optim.lr" in res.stderr
 
 
+def _second_run_refused(out: Path, first: list[str], second: list[str]):
+    """Runs `first`, then `second` in the same out_dir: the second must be refused in one line, exit 2,
+    writing nothing. Returns (the first run, the second, its error line)."""
+    done = subprocess.run(first, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before = sorted(p.name for p in out.rglob("*"))
+    res = subprocess.run(second, cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    [line] = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert sorted(p.name for p in out.rglob("*")) == before  # nothing written
+    return done, res, line
+
+
 def test_a_checkpoint_resumes_only_under_the_optimizer_that_wrote_it(tmp_path, tiny_gpt):
     out = tmp_path / "muon"
     cmd = ["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}", "logging.wandb=false",
            "gradient_compression=none", "optim.name=muon", "logging.log_every=5"]
-    first = subprocess.run([*cmd, "steps=10"], cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=120)
-    assert first.returncode == 0, first.stderr[-2000:]
-    before = sorted(p.name for p in out.rglob("*"))
     switched = [c.replace("optim.name=muon", "optim.name=adamw") for c in cmd]
-    res = subprocess.run([*switched, "steps=20"], cwd=REPO, env=recipe_env(), capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 2
-    [line] = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    _, _, line = _second_run_refused(out, [*cmd, "steps=10"], [*switched, "steps=20"])
     assert "was trained with optim.name=muon: set optim.name=muon to resume it" in line
-    assert "Traceback" not in res.stderr
-    assert sorted(p.name for p in out.rglob("*")) == before  # nothing written
     resumed = subprocess.run([*cmd, "steps=20"], cwd=REPO, env=recipe_env(), capture_output=True, text=True,
                              timeout=120)
     assert resumed.returncode == 0 and "resumed from checkpoint at step 10" in resumed.stdout
     assert json.loads((out / "result.json").read_text())["step"] == 20
+
+
+def test_a_checkpoint_resumes_only_under_the_adam_betas_that_wrote_it(tmp_path, tiny_gpt):
+    # the optimizer's saved state keeps its betas, and the preset's outer lr follows beta1: refused
+    out = tmp_path / "betas"
+    cmd = ["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}", "logging.wandb=false",
+           "gradient_compression=low", "diloco.inner_steps=4", "logging.log_every=4"]
+    first, res, line = _second_run_refused(out, [*cmd, "steps=8"], [*cmd, "steps=12", "optim.betas=[0.5,0.95]"])
+    assert "preset low (diloco, H=4, 16 bits, outer lr 0.5)" in first.stdout
+    assert "preset low (diloco, H=4, 16 bits, outer lr 0.7)" in res.stdout  # what a new run would take
+    assert "at step 8" in line and "was trained with optim.betas=[0.9,0.95]: set optim.betas=[0.9,0.95] to resume" in line
