@@ -27,8 +27,12 @@ async def _set(pilot, app, selector, text):
 
 
 @pytest.mark.slow
-def test_deploy_on_local_from_the_form_streams_both_workers_to_completion(geotrain_home):
+def test_deploy_on_local_from_the_form_streams_both_workers_to_completion(geotrain_home, monkeypatch):
     from core.workspaces import WorkspaceService
+
+    # with a key the workers would go online, and W&B waits out its 90 s init timeout when there is no
+    # network (as in CI); offline keeps the key's path through the form, the store and the workers
+    monkeypatch.setenv("WANDB_MODE", "offline")
 
     service = WorkspaceService()
     app = make_app(service, poll_seconds=0.5)
