@@ -57,6 +57,9 @@ class ResumeError(RuntimeError):
     """The newest checkpoint cannot be resumed under this config (the message says what to change)."""
 
 
+START_OVER = "or start over in a new out_dir (with a new checkpoint.hf_repo if one is set)"  # a refused resume
+
+
 def _optimizer_of(state: dict) -> str | None:
     """The inner optimizer a checkpoint was written with (adamw before optim.name existed); None if
     its config is not what a checkpoint holds."""
@@ -122,15 +125,13 @@ class Trainer:
         if was != self.cfg.optim.name:  # the optimizer state of one cannot drive the other
             found = f"was trained with optim.name={was}: set optim.name={was} to resume it" if was else \
                 "names no optimizer we know"
-            raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} {found}, or start over "
-                              f"in a new out_dir (with a new checkpoint.hf_repo if one is set)")
+            raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} {found}, {START_OVER}")
         betas = (state["config"].get("optim") or {}).get("betas")
         if betas is not None and list(betas) != list(self.cfg.optim.betas):
             # the optimizer's saved state would keep its betas, and the preset's outer lr follows beta1
             said = "[" + ",".join(f"{b:g}" for b in betas) + "]"
             raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} was trained with "
-                              f"optim.betas={said}: set optim.betas={said} to resume it, or start over in a new "
-                              "out_dir (with a new checkpoint.hf_repo if one is set)")
+                              f"optim.betas={said}: set optim.betas={said} to resume it, {START_OVER}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

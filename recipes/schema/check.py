@@ -52,7 +52,8 @@ def _from_pydantic(error: dict) -> dict:
         limit = bounds(info).strip() if info else ""
         return _issue(path, expected + bounds(info), value, f"{path} must be {limit}, found {value!r}")
     if kind in ("too_short", "too_long"):
-        return _issue(path, expected + bounds(info), value, f"{path} needs {bounds(info).strip().removeprefix('of ')}, found {value!r}")
+        size = bounds(info).strip().removeprefix("of ")
+        return _issue(path, expected + bounds(info), value, f"{path} needs {size}, found {value!r}")
     if kind in ("model_type", "dict_type") and not loc:
         return _issue(path, "a mapping", value, f"expected a mapping of keys, found {value!r}")
     return _issue(path, expected, value, f"expected {expected}, found {value!r}")
