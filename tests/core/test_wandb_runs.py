@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -42,17 +43,20 @@ def test_each_workspace_gets_its_own_project_unless_the_config_names_one(geotrai
     assert config_errors({**named.config, "logging": {**named.config["logging"], "wandb_project": None}}) == []
 
 
+# rank 0's telemetry with W&B on, logging one step (the run's out_dir is argv[1])
+TELEMETRY_RUN = ("import sys; from pathlib import Path; from recipes.telemetry import Telemetry\n"
+                 "t = Telemetry(rank=0, out_dir=Path(sys.argv[1]), config={'steps': 2}, wandb_on=True,"
+                 f" project='geotrain-{WS_ID}', entity=None, run_name='r')\n"
+                 "t.log({'step': 1, 'loss': 2.5}); t.close()\n")
+
+
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory):
     """A real offline W&B run written by the recipe's telemetry (rank 0)."""
     out = tmp_path_factory.mktemp("ws") / "out"
-    code = ("import sys; from pathlib import Path; from recipes.telemetry import Telemetry\n"
-            "t = Telemetry(rank=0, out_dir=Path(sys.argv[1]), config={'steps': 2}, wandb_on=True,"
-            f" project='geotrain-{WS_ID}', entity=None, run_name='r')\n"
-            "t.log({'step': 1, 'loss': 2.5}); t.close()\n")
     env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
-    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=dict(env, WANDB_MODE="offline"),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", TELEMETRY_RUN, str(out)], cwd=ROOT,
+                          env=dict(env, WANDB_MODE="offline"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "upload it later with: wandb sync " in done.stdout
     return out
@@ -209,3 +213,41 @@ def test_the_run_file_is_read_bounded_and_never_through_a_link(tmp_path, monkeyp
     assert "url" not in wandb_runs.describe({"wandb_run.json": link}, config)
     monkeypatch.setattr(Path, "is_symlink", lambda self: False)  # the link swapped in after the check
     assert wandb_runs._read_small_json(link) == {}
+
+
+def test_a_key_without_a_route_to_wandb_logs_offline_for_a_later_sync(tmp_path):
+    """A worker with a key but no route to the W&B server (here a port nothing listens on; behind a
+    firewall, api.wandb.ai) logs offline, kept for `wandb sync`, instead of waiting out wandb.init's
+    90 s and then logging nothing."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "HTTP_PROXY", "http_proxy")}
+    env.update(WANDB_API_KEY=KEY, WANDB_BASE_URL=f"http://127.0.0.1:{port}")
+    done = subprocess.run([sys.executable, "-c", TELEMETRY_RUN, str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (f"W&B is unreachable from this worker (127.0.0.1:{port}: Connection refused); logging offline instead"
+            in done.stdout), done.stdout
+    assert "wandb init failed" not in done.stdout and KEY not in done.stdout + done.stderr
+    info = json.loads((out / "wandb_run.json").read_text())
+    assert info["mode"] == "offline" and info["url"] is None
+    assert list(Path(info["sync_dir"]).glob("run-*.wandb"))
+    assert f"upload it later with: wandb sync {info['sync_dir']}" in done.stdout
+
+
+def test_the_probe_goes_to_the_proxy_that_would_carry_the_traffic(monkeypatch):
+    from recipes.telemetry import probe_target
+
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.setenv("NO_PROXY", "wandb.internal")
+    assert probe_target("https://api.wandb.ai", {}) == ("api.wandb.ai", 443)
+    assert probe_target("http://127.0.0.1:8080/", {}) == ("127.0.0.1", 8080)
+    assert probe_target("https://api.wandb.ai", {"https": "http://proxy.corp:3128"}) == ("proxy.corp", 3128)
+    assert probe_target("https://api.wandb.ai", {"https": "proxy.corp:3128"}) == ("proxy.corp", 3128)
+    assert probe_target("https://wandb.internal", {"https": "http://proxy.corp:3128"}) == ("wandb.internal", 443)
+    assert probe_target("http://api.wandb.ai", {"https": "http://proxy.corp:3128"}) == ("api.wandb.ai", 80)
+    assert probe_target("https://x:99999", {}) == "bad port in WANDB_BASE_URL or the proxy: Port out of range 0-65535"
+    for bad in ("api.wandb.ai", "ftp://api.wandb.ai", "https://"):
+        assert probe_target(bad, {}) == "WANDB_BASE_URL (or the proxy for it) is not an http(s) URL with a host", bad
