@@ -10,18 +10,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
-import threading
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN")
-# How long rank 0 waits to learn whether the W&B server (or the proxy in front of it) takes a TCP
-# connection, name lookup included. wandb.init itself waits 90 s before giving up, and a worker behind a
-# firewall without a route to api.wandb.ai would start every run (and every restart) 90 s late.
-WANDB_PROBE_S = 5.0
+# Seconds wandb.init may take online (logging.wandb_init_timeout) before rank 0 logs offline instead:
+# wandb's own 90 s, at every start and restart, then no W&B at all, is what a worker behind a firewall got.
+WANDB_INIT_TIMEOUT_S = 30.0
 
 
 def redact(text: str) -> str:
@@ -71,7 +66,7 @@ class Telemetry:
     """Rank 0 writes metrics.jsonl and W&B; other ranks only print."""
 
     def __init__(self, *, rank: int, out_dir: Path, config: dict, wandb_on: bool, project: str | None,
-                 entity: str | None, run_name: str) -> None:
+                 entity: str | None, run_name: str, wandb_init_timeout: float = WANDB_INIT_TIMEOUT_S) -> None:
         self.rank = rank
         self.metrics_path = out_dir / "metrics.jsonl"
         self.wandb_run = None
@@ -79,7 +74,7 @@ class Telemetry:
             return
         out_dir.mkdir(parents=True, exist_ok=True)
         if wandb_on:
-            self.wandb_run = _start_wandb(out_dir, config, project, entity, run_name)
+            self.wandb_run = _start_wandb(out_dir, config, project, entity, run_name, wandb_init_timeout)
 
     def log(self, record: dict) -> None:
         if self.rank != 0:
@@ -96,8 +91,10 @@ class Telemetry:
             self.wandb_run = None
 
 
-def _start_wandb(out_dir: Path, config: dict, project: str | None, entity: str | None, run_name: str):
-    """Online with WANDB_API_KEY, offline otherwise; the run id is kept so a restart continues the run."""
+def _start_wandb(out_dir: Path, config: dict, project: str | None, entity: str | None, run_name: str,
+                 init_timeout: float = WANDB_INIT_TIMEOUT_S):
+    """Online with WANDB_API_KEY (offline when that fails within `init_timeout` s), offline otherwise; the
+    run id is kept so a restart continues the run."""
     try:
         import wandb
     except ImportError:
@@ -105,62 +102,38 @@ def _start_wandb(out_dir: Path, config: dict, project: str | None, entity: str |
         return None
     if not os.environ.get("WANDB_API_KEY"):
         os.environ.setdefault("WANDB_MODE", "offline")
-    elif os.environ.get("WANDB_MODE", "online") == "online":
-        where = probe_target(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai", urllib.request.getproxies())
-        why = unreachable(*where) if isinstance(where, tuple) else where
-        if why:  # offline, kept for a later upload, rather than 90 s of waiting and then no W&B at all
-            say(0, f"W&B is unreachable from this worker ({why}); logging offline instead")
-            os.environ["WANDB_MODE"] = "offline"
     project = project or "geotrain"  # geotrain names one per workspace; by hand, the shared one
     id_file = out_dir / "wandb_run_id"
     run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(8)
     id_file.write_text(run_id)
+
+    def init(**timeout):
+        return wandb.init(project=project, entity=entity, name=run_name, id=run_id, resume="allow",
+                          dir=str(out_dir), config=config,
+                          settings=wandb.Settings(console="off", silent=True, **timeout))
+
     try:
-        run = wandb.init(project=project, entity=entity, name=run_name, id=run_id, resume="allow",
-                         dir=str(out_dir), config=config, settings=wandb.Settings(console="off",
-                                                                                   silent=True))
+        run = init(init_timeout=init_timeout)
     except Exception as exc:  # a logging outage must not stop training
-        say(0, f"wandb init failed ({type(exc).__name__}: {redact(str(exc))}); continuing without it")
-        return None
+        if os.environ.get("WANDB_MODE") == "offline":
+            say(0, f"wandb init failed ({_one_line(exc)}); continuing without it")
+            return None
+        # no route, no answer in time, a refused key: the run's W&B history is kept on disk instead
+        say(0, f"W&B online failed ({_one_line(exc)}); logging offline instead, to upload later")
+        os.environ["WANDB_MODE"] = "offline"
+        try:
+            wandb.teardown()  # the failed online run holds its id until then
+            run = init()
+        except Exception as again:
+            say(0, f"wandb init failed ({_one_line(again)}); continuing without it")
+            return None
     _record_run(out_dir, run, project)
     return run
 
 
-def probe_target(base_url: str, proxies: dict[str, str]) -> tuple[str, int] | str:
-    """(host, port) of the first hop to the W&B server at `base_url`: the server, or the proxy that
-    `proxies` (urllib's getproxies(): HTTPS_PROXY and friends) names for its scheme unless NO_PROXY
-    exempts it. A string: why `base_url` (or the proxy) is no address to reach."""
-    url = urllib.parse.urlsplit(base_url)
-    proxy = proxies.get(url.scheme)
-    if proxy and url.hostname and not urllib.request.proxy_bypass(url.hostname):
-        url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-    try:
-        port = url.port or {"https": 443, "http": 80}.get(url.scheme)
-    except ValueError as exc:
-        return f"bad port in WANDB_BASE_URL or the proxy: {exc}"
-    if not url.hostname or port is None:
-        return "WANDB_BASE_URL (or the proxy for it) is not an http(s) URL with a host"
-    return url.hostname, port
-
-
-def unreachable(host: str, port: int, timeout: float = WANDB_PROBE_S) -> str | None:
-    """Why no TCP connection to host:port opened within `timeout` s (name lookup included; None: it did).
-    The lookup, which a socket timeout does not bound, runs in a thread that is left behind if it hangs."""
-    said: dict[str, str] = {}
-
-    def connect() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            said["ok"] = ""
-        except OSError as exc:
-            said["error"] = f"{host}:{port}: {exc.strerror or type(exc).__name__}"
-
-    worker = threading.Thread(target=connect, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if "ok" in said:
-        return None
-    return said.get("error", f"{host}:{port}: no answer within {timeout:g}s")
+def _one_line(exc: Exception) -> str:
+    """An exception as one redacted line of at most 300 characters (wandb's span several)."""
+    return redact(" ".join(f"{type(exc).__name__}: {exc}".split()))[:300]
 
 
 def _record_run(out_dir: Path, run, project: str) -> None:

@@ -241,7 +241,8 @@ def run(cfg: TrainConfig) -> int:
     name = cfg.logging.run_name or f"{cfg.model}-{cfg.size}-{cfg.gradient_compression}"
     telemetry = Telemetry(rank=rt.rank, out_dir=trainer.out_dir, config=config_to_dict(cfg),
                           wandb_on=cfg.logging.wandb, project=cfg.logging.wandb_project,
-                          entity=cfg.logging.wandb_entity, run_name=name)
+                          entity=cfg.logging.wandb_entity, run_name=name,
+                          wandb_init_timeout=cfg.logging.wandb_init_timeout)
     uploader = None
     if rt.rank == 0 and cfg.checkpoint.hf_repo:
         from recipes.hub import HubUploader
