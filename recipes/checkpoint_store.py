@@ -241,6 +241,21 @@ class HubMirror:
         return sorted({int(m.group(1)) for f in files
                        if (m := re.fullmatch(rf"checkpoints/step_(\d{{8}})/rank_{rank}\.json", f))})
 
+    def held_steps(self) -> list[int]:
+        """Steps for which the hub holds any checkpoint file (any rank; a manifest or not): what a new
+        run would mix its own into. A repo that does not exist holds none; one that cannot be listed
+        is warned about and taken as holding none."""
+        from huggingface_hub.utils import RepositoryNotFoundError
+
+        try:
+            files = self.api.list_repo_files(self.repo)
+        except RepositoryNotFoundError:
+            return []
+        except Exception as exc:
+            warn(f"cannot list the HF Hub repo {self.repo}: {exc}")
+            return []
+        return sorted({int(m.group(1)) for f in files if (m := re.fullmatch(r"checkpoints/step_(\d{8})/[^/]+", f))})
+
     def download(self, root: Path, rank: int, step: int) -> bool:
         """Copy one rank's checkpoint from the hub to disk, file first, manifest last."""
         data_path, manifest_path = rank_files(root, step, rank)

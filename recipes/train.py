@@ -24,7 +24,7 @@ import torch
 from recipes import checkpoint, elastic, topology
 from recipes.algorithms import hierarchical
 from recipes.algorithms import build_algorithm
-from recipes.checkpoint_store import CheckpointStore
+from recipes.checkpoint_store import CheckpointStore, HubMirror
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
 from recipes.schema import OptimConfig, TrainConfig
 from recipes.data import build_data
@@ -155,6 +155,12 @@ class Trainer:
             raise ResumeError(f"{self.checkpoints.root} holds checkpoints of an earlier run (up to step {max(held)}) and "
                               f"checkpoint.resume is false: move them aside or choose a new out_dir to start over, "
                               f"or set checkpoint.resume=true to go on from them")
+        hub = None if self.cfg.checkpoint.resume or restart else self._checkpoint_hub()
+        held = hub.held_steps() if hub is not None else []
+        if held:  # likewise on the hub: a new run's uploads would land beside (and over) the older run's
+            raise ResumeError(f"the HF Hub repo {hub.repo} holds checkpoints of an earlier run (up to step {max(held)}) "
+                              f"and checkpoint.resume is false: choose a new checkpoint.hf_repo (or delete its "
+                              f"checkpoints/) to start over, or set checkpoint.resume=true to go on from them")
         step = self.checkpoints.newest_complete() if self.cfg.checkpoint.resume else None
         # every rank reads the same config: with resume off none of them takes part in the agreement,
         # which would pick up the newest step all ranks hold
@@ -166,6 +172,15 @@ class Trainer:
             say(self.rt.rank, f"resumed from checkpoint at step {step}")
             elastic.emit("resumed", rank=self.rt.rank, step=step)
         return self.membership.join() if self.membership else True
+
+    def _checkpoint_hub(self):
+        """The HF Hub repo this run's checkpoints go to (the mirror's, else checkpoint.hf_repo's), or None
+        (none named, or no HF_TOKEN: nothing is uploaded then)."""
+        if self.checkpoints.hub is not None:
+            return self.checkpoints.hub
+        if self.cfg.checkpoint.hf_repo and os.environ.get("HF_TOKEN"):
+            return HubMirror(self.cfg.checkpoint.hf_repo)
+        return None
 
     def save(self, uploader=None) -> None:
         path = self.checkpoints.save(self.step, self.state())

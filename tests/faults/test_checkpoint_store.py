@@ -6,12 +6,15 @@ HubStandIn, a stand-in for the Hugging Face Hub (unreachable here), through the 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from recipes.checkpoint_store import CheckpointStore, rank_files
 from tests.faults.hub_stand_in import HubStandIn
+from tests.recipes.conftest import REPO, TINY_GPT, recipe_env
 
 TOKEN = "hf_standin_secret_0123456789"
 
@@ -75,3 +78,35 @@ def test_checkpoints_mirror_to_the_hub_and_a_new_node_resumes_from_it(tmp_path, 
     third = CheckpointStore(tmp_path / "node-c", rank=0)
     assert third.newest_complete() == 16
     assert "step_00000024/rank_0.pt is truncated or corrupt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("names_the_repo", ["checkpoint.hf_repo", "the recovery policy's mirror"])
+def test_resume_false_beside_an_earlier_runs_checkpoints_on_the_hub_is_refused(tmp_path, hub, names_the_repo):
+    """checkpoint.resume=false in a fresh out_dir whose HF Hub repo holds an earlier run's checkpoints
+    (rank 0's files uploaded by checkpoint.hf_repo, or every rank's with manifests by the mirror): one
+    line saying what to do, exit 2, nothing uploaded; a new out_dir with an empty repo simply trains."""
+    by_key = names_the_repo == "checkpoint.hf_repo"
+    env = recipe_env(HF_HUB_OFFLINE="0", HF_TOKEN=TOKEN)
+    if by_key:
+        env.pop("GEOTRAIN_CHECKPOINT_HF_REPO")
+
+    def run(out: str, *extra: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "recipes.train", "--config", str(TINY_GPT), f"out_dir={tmp_path / out}",
+               "steps=4", "checkpoint.every=2", "logging.wandb=false", "gradient_compression=low",
+               "logging.log_every=2", "checkpoint.resume=false", *extra]
+        return subprocess.run([*cmd, "checkpoint.hf_repo=team/run-ckpts"] if by_key else cmd, cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    first = run("a")  # resume=false beside an empty (not yet created) repo trains and uploads
+    assert first.returncode == 0, first.stderr[-2000:]
+    held = dict(hub.repos["team/run-ckpts"])
+    assert "checkpoints/step_00000004/rank_0.pt" in held
+    commits = len(hub.commits)
+    again = run("b")
+    assert again.returncode == 2, again.stdout[-2000:] + again.stderr[-2000:]
+    said = {line.split("error: ", 1)[1] for line in again.stderr.splitlines() if "error: " in line}
+    assert said == {"the HF Hub repo team/run-ckpts holds checkpoints of an earlier run (up to step 4) and "
+                    "checkpoint.resume is false: choose a new checkpoint.hf_repo (or delete its checkpoints/) to "
+                    "start over, or set checkpoint.resume=true to go on from them"}
+    assert len(hub.commits) == commits and hub.repos["team/run-ckpts"] == held
+    assert not (tmp_path / "b" / "checkpoints").exists() or not any((tmp_path / "b" / "checkpoints").iterdir())
