@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from recipes.telemetry import one_line
+
 STEP_DIR = re.compile(r"step_(\d{8})")  # used with fullmatch: no trailing newline slips through
 
 
@@ -221,7 +223,7 @@ class HubMirror:
                                          path_in_repo=f"checkpoints/{folder}/{path.name}",
                                          commit_message=f"checkpoint {folder} {path.name}")
             except Exception as exc:  # the local copy still exists; training goes on
-                warn(f"upload of {data_path.name} to the HF Hub failed: {exc}")
+                warn(f"upload of {data_path.name} to the HF Hub failed: {one_line(exc)}")
 
         self.thread = threading.Thread(target=work, name="hub-upload", daemon=True)
         self.thread.start()
@@ -236,24 +238,25 @@ class HubMirror:
         try:
             files = self.api.list_repo_files(self.repo)
         except Exception as exc:
-            warn(f"cannot list the HF Hub repo {self.repo}: {exc}")
+            warn(f"cannot list the HF Hub repo {self.repo}: {one_line(exc)}")
             return []
         return sorted({int(m.group(1)) for f in files
                        if (m := re.fullmatch(rf"checkpoints/step_(\d{{8}})/rank_{rank}\.json", f))})
 
-    def held_steps(self) -> list[int]:
+    def held_steps(self) -> list[int] | str:
         """Steps for which the hub holds any checkpoint file (any rank; a manifest or not): what a new
-        run would mix its own into. A repo that does not exist holds none; one that cannot be listed
-        is warned about and taken as holding none."""
-        from huggingface_hub.utils import RepositoryNotFoundError
+        run would mix its own into. A repo that does not exist holds none. A string: why the repo could
+        not be listed (one line)."""
+        from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError
 
         try:
             files = self.api.list_repo_files(self.repo)
+        except GatedRepoError as exc:  # a RepositoryNotFoundError too, but the repo is there
+            return one_line(exc)
         except RepositoryNotFoundError:
             return []
         except Exception as exc:
-            warn(f"cannot list the HF Hub repo {self.repo}: {exc}")
-            return []
+            return one_line(exc)
         return sorted({int(m.group(1)) for f in files if (m := re.fullmatch(r"checkpoints/step_(\d{8})/[^/]+", f))})
 
     def download(self, root: Path, rank: int, step: int) -> bool:
@@ -267,5 +270,5 @@ class HubMirror:
                 os.replace(path.with_name(f".{path.name}.tmp"), path)
             return True
         except Exception as exc:
-            warn(f"download of step {step} from the HF Hub failed: {exc}")
+            warn(f"download of step {step} from the HF Hub failed: {one_line(exc)}")
             return False

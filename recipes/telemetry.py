@@ -28,6 +28,11 @@ def redact(text: str) -> str:
     return text
 
 
+def one_line(exc: Exception) -> str:
+    """An exception as one redacted line of at most 300 characters (wandb's and the hub client's span several)."""
+    return redact(" ".join(f"{type(exc).__name__}: {exc}".split()))[:300]
+
+
 def say(rank: int, message: str) -> None:
     """One progress line on stdout, flushed so torchrun --tee shows it live."""
     print(redact(f"[rank {rank}] {message}"), flush=True)
@@ -116,24 +121,22 @@ def _start_wandb(out_dir: Path, config: dict, project: str | None, entity: str |
         run = init(init_timeout=init_timeout)
     except Exception as exc:  # a logging outage must not stop training
         if os.environ.get("WANDB_MODE") == "offline":
-            say(0, f"wandb init failed ({_one_line(exc)}); continuing without it")
+            say(0, f"wandb init failed ({one_line(exc)}); continuing without it")
             return None
         # no route, no answer in time, a refused key: the run's W&B history is kept on disk instead
-        say(0, f"W&B online failed ({_one_line(exc)}); logging offline instead, to upload later")
+        say(0, f"W&B online failed ({one_line(exc)}); logging offline instead, to upload later")
         os.environ["WANDB_MODE"] = "offline"
         try:
             wandb.teardown()  # the failed online run holds its id until then
+        except Exception:
+            pass  # the offline start below says whether it mattered
+        try:
             run = init()
         except Exception as again:
-            say(0, f"wandb init failed ({_one_line(again)}); continuing without it")
+            say(0, f"wandb init failed ({one_line(again)}); continuing without it")
             return None
     _record_run(out_dir, run, project)
     return run
-
-
-def _one_line(exc: Exception) -> str:
-    """An exception as one redacted line of at most 300 characters (wandb's span several)."""
-    return redact(" ".join(f"{type(exc).__name__}: {exc}".split()))[:300]
 
 
 def _record_run(out_dir: Path, run, project: str) -> None:

@@ -144,23 +144,9 @@ class Trainer:
         self.algo.load_state_dict(state["algorithm"])
         checkpoint.set_rng_state(state["rng"])
 
-    def maybe_resume(self, restart: int = 0) -> bool:
+    def maybe_resume(self) -> bool:
         """Load the newest complete checkpoint (agreed by all ranks, or by the elastic quorum).
-        False when an elastic run has already finished without this worker. `restart`: torchrun's
-        restart count (0 on a run's first start)."""
-        held = [] if self.cfg.checkpoint.resume or restart else self.checkpoints.steps_on_disk()
-        if held:
-            # a new run would keep the older run's higher steps and prune its own (and a later resume
-            # would load the older run): say so and leave both as they are
-            raise ResumeError(f"{self.checkpoints.root} holds checkpoints of an earlier run (up to step {max(held)}) and "
-                              f"checkpoint.resume is false: move them aside or choose a new out_dir to start over, "
-                              f"or set checkpoint.resume=true to go on from them")
-        hub = None if self.cfg.checkpoint.resume or restart else self._checkpoint_hub()
-        held = hub.held_steps() if hub is not None else []
-        if held:  # likewise on the hub: a new run's uploads would land beside (and over) the older run's
-            raise ResumeError(f"the HF Hub repo {hub.repo} holds checkpoints of an earlier run (up to step {max(held)}) "
-                              f"and checkpoint.resume is false: choose a new checkpoint.hf_repo (or delete its "
-                              f"checkpoints/) to start over, or set checkpoint.resume=true to go on from them")
+        False when an elastic run has already finished without this worker."""
         step = self.checkpoints.newest_complete() if self.cfg.checkpoint.resume else None
         # every rank reads the same config: with resume off none of them takes part in the agreement,
         # which would pick up the newest step all ranks hold
@@ -173,14 +159,54 @@ class Trainer:
             elastic.emit("resumed", rank=self.rt.rank, step=step)
         return self.membership.join() if self.membership else True
 
-    def _checkpoint_hub(self):
-        """The HF Hub repo this run's checkpoints go to (the mirror's, else checkpoint.hf_repo's), or None
-        (none named, or no HF_TOKEN: nothing is uploaded then)."""
-        if self.checkpoints.hub is not None:
-            return self.checkpoints.hub
-        if self.cfg.checkpoint.hf_repo and os.environ.get("HF_TOKEN"):
-            return HubMirror(self.cfg.checkpoint.hf_repo)
-        return None
+    def refuse_an_earlier_run(self, restart: int = 0) -> None:
+        """checkpoint.resume=false where an earlier run's checkpoints are (out_dir, or an HF Hub repo this
+        run uploads to): ResumeError, one line saying what to do; nothing is changed but a marker. torchrun
+        restarts a worker that exits (2 included): a launch's restarts refuse again while this rank's marker
+        from its first start is there (a restart that follows a crash of the run itself goes on from its
+        own checkpoints); a launch's first start clears an older launch's marker."""
+        marker = self.out_dir / f".refused-start.rank{self.rt.rank}"
+        if restart and not marker.exists():
+            return
+        if not restart:
+            marker.unlink(missing_ok=True)
+        try:
+            self._earlier_run_checks()
+        except ResumeError:
+            if not restart:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+            raise
+
+    def _earlier_run_checks(self) -> None:
+        if self.cfg.checkpoint.resume:
+            return
+        held = self.checkpoints.steps_on_disk()
+        if held:
+            # a new run would keep the older run's higher steps and prune its own (and a later resume
+            # would load the older run): say so and leave both as they are
+            raise ResumeError(f"{self.checkpoints.root} holds checkpoints of an earlier run (up to step {max(held)}) and "
+                              f"checkpoint.resume is false: move them aside or choose a new out_dir to start over, "
+                              f"or set checkpoint.resume=true to go on from them")
+        for hub, setting in self._upload_repos():  # likewise on the hub: uploads would land beside the older run's
+            held = hub.held_steps()
+            if isinstance(held, str):
+                raise ResumeError(f"cannot check the HF Hub repo {hub.repo} ({setting}) for an earlier run's checkpoints "
+                                  f"({held}): try again when the hub answers, or set checkpoint.resume=true")
+            if held:
+                raise ResumeError(f"the HF Hub repo {hub.repo} ({setting}) holds checkpoints of an earlier run (up to "
+                                  f"step {max(held)}) and checkpoint.resume is false: name a new repo in {setting} (or "
+                                  f"delete the repo's checkpoints/) to start over, or set checkpoint.resume=true to go "
+                                  f"on from them")
+
+    def _upload_repos(self) -> list[tuple[HubMirror, str]]:
+        """The HF Hub repos this run's checkpoints go to, each with the setting that named it: the recovery
+        policy's mirror, and checkpoint.hf_repo (needs HF_TOKEN: without it nothing is uploaded)."""
+        repos = [(self.checkpoints.hub, "recovery.hf_repo")] if self.checkpoints.hub is not None else []
+        named = self.cfg.checkpoint.hf_repo
+        if named and os.environ.get("HF_TOKEN") and named not in {hub.repo for hub, _ in repos}:
+            repos.append((HubMirror(named), "checkpoint.hf_repo"))
+        return repos
 
     def save(self, uploader=None) -> None:
         path = self.checkpoints.save(self.step, self.state())
@@ -253,6 +279,10 @@ def run(cfg: TrainConfig) -> int:
     except topology.TopologyError as exc:
         return _refuse(exc)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    try:  # before W&B and uploads start: a refused run leaves the earlier one's as they are
+        trainer.refuse_an_earlier_run(restart)
+    except ResumeError as exc:
+        return _refuse(exc)
     name = cfg.logging.run_name or f"{cfg.model}-{cfg.size}-{cfg.gradient_compression}"
     telemetry = Telemetry(rank=rt.rank, out_dir=trainer.out_dir, config=config_to_dict(cfg),
                           wandb_on=cfg.logging.wandb, project=cfg.logging.wandb_project,
@@ -270,7 +300,7 @@ def run(cfg: TrainConfig) -> int:
                  f"{comp.preset} ({comp.algorithm}, H={comp.inner_steps}, {comp.bits} bits{outer}), "
                  f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")
     try:
-        joined = trainer.maybe_resume(restart)
+        joined = trainer.maybe_resume()
     except ResumeError as exc:
         return _refuse(exc, telemetry)
     if not joined:

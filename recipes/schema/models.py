@@ -167,7 +167,7 @@ class LoggingConfig(Section):
     """W&B project; null gives each workspace its own (geotrain-<workspace id>); an existing one is fine."""
     wandb_entity: Optional[Str] = None
     """W&B entity (team); null uses the key's default."""
-    wandb_init_timeout: Float = Field(30.0, gt=0, le=600)
+    wandb_init_timeout: Float = Field(30.0, ge=1, le=600)
     """Seconds W&B may take to start online; past them (or on any error) rank 0 logs offline for a later sync."""
     run_name: Optional[Str] = None
     """Run name shown in W&B; null derives one from model, size and preset."""

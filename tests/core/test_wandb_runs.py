@@ -222,7 +222,8 @@ def test_a_key_that_gets_no_online_run_logs_offline_for_a_later_sync(tmp_path, s
     logging.wandb_init_timeout, instead of waiting out wandb's 90 s and then logging nothing."""
     with socket.socket() as closed:  # bound, never listening: connections are refused, and no one else takes the port
         closed.bind(("127.0.0.1", 0))
-        stand_in = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WandbStandIn)
+        handler = type("_OwnStandIn", (_WandbStandIn,), {"seen": []})  # its own record: other tests read theirs
+        stand_in = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=stand_in.serve_forever, daemon=True).start()
         port = closed.getsockname()[1] if server == "nothing listening" else stand_in.server_port
         out = tmp_path / "out"
@@ -235,6 +236,8 @@ def test_a_key_that_gets_no_online_run_logs_offline_for_a_later_sync(tmp_path, s
         finally:
             stand_in.shutdown()
     assert done.returncode == 0, done.stderr[-2000:]
+    if server == "refusing the key":  # the online attempt reached the server with the key
+        assert ("Basic " + base64.b64encode(f"api:{KEY}".encode()).decode()) in {auth for _, auth, _ in handler.seen}
     said = [line for line in done.stdout.splitlines() if "W&B online failed" in line]
     assert len(said) == 1 and said[0].endswith("; logging offline instead, to upload later"), done.stdout
     assert "continuing without it" not in done.stdout and KEY not in done.stdout + done.stderr

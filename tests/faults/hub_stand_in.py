@@ -82,7 +82,8 @@ class _Handler(BaseHTTPRequestHandler):
             spec = json.loads(body)
             repo = f"{spec.get('organization') or 'me'}/{spec['name']}" if "/" not in spec["name"] else spec["name"]
             if repo in repos:
-                return self._send(409, {"error": "You already created this model repo"})
+                return self._send(409, {"error": "You already created this model repo",  # and its url, as the Hub
+                                        "url": f"{self._base()}/{repo}"})  # does (exist_ok reads it)
             repos[repo] = {}
             return self._send(200, {"url": f"{self._base()}/{repo}", "name": repo})
         if m := re.fullmatch(r"/api/models/(.+?/.+?)/preupload/(.+)", path):

@@ -105,8 +105,19 @@ def test_resume_false_beside_an_earlier_runs_checkpoints_on_the_hub_is_refused(t
     again = run("b")
     assert again.returncode == 2, again.stdout[-2000:] + again.stderr[-2000:]
     said = {line.split("error: ", 1)[1] for line in again.stderr.splitlines() if "error: " in line}
-    assert said == {"the HF Hub repo team/run-ckpts holds checkpoints of an earlier run (up to step 4) and "
-                    "checkpoint.resume is false: choose a new checkpoint.hf_repo (or delete its checkpoints/) to "
-                    "start over, or set checkpoint.resume=true to go on from them"}
+    setting = "checkpoint.hf_repo" if by_key else "recovery.hf_repo"  # what named the repo (the mirror's: the spec's)
+    assert said == {f"the HF Hub repo team/run-ckpts ({setting}) holds checkpoints of an earlier run (up to step 4) "
+                    f"and checkpoint.resume is false: name a new repo in {setting} (or delete the repo's checkpoints/) "
+                    "to start over, or set checkpoint.resume=true to go on from them"}
     assert len(hub.commits) == commits and hub.repos["team/run-ckpts"] == held
-    assert not (tmp_path / "b" / "checkpoints").exists() or not any((tmp_path / "b" / "checkpoints").iterdir())
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [".refused-start.rank0"]  # nothing but the marker
+    if not by_key:
+        return
+    # a hub that cannot be listed is no all-clear: refused, saying why (the client's retries take ~25 s: once)
+    hub.stop()
+    offline = run("c")
+    assert offline.returncode == 2
+    said = [line for line in offline.stderr.splitlines() if line.startswith("error: ")]
+    assert len(said) == 1 and said[0].startswith(f"error: cannot check the HF Hub repo team/run-ckpts ({setting}) for "
+                                                 "an earlier run's checkpoints (") and \
+        said[0].endswith("): try again when the hub answers, or set checkpoint.resume=true"), offline.stderr[-2000:]

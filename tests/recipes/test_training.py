@@ -175,8 +175,12 @@ def test_resume_false_beside_an_earlier_runs_checkpoints_is_refused_and_leaves_t
     assert first.returncode == 0, first.stderr[-2000:]
     assert any((out / "checkpoints").iterdir())
     before = {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
-    again = run_torchrun(tiny_gpt, [f"out_dir={out}", "steps=30", "checkpoint.resume=false", *common])
+    # torchrun restarts a worker that exits 2: each restart of this launch refuses again
+    again = subprocess.run(torchrun_cmd(tiny_gpt, [f"out_dir={out}", "steps=30", "checkpoint.resume=false", *common],
+                                        max_restarts=1), cwd=REPO, env=recipe_env(), capture_output=True, text=True,
+                           timeout=240)
     assert again.returncode != 0
+    assert "restart 1" not in again.stdout and again.stderr.count("holds checkpoints of an earlier run") == 4
     assert "resumed from checkpoint" not in again.stdout + again.stderr
     said = {line.split("error: ", 1)[1] for line in again.stderr.splitlines() if "error: " in line}
     assert said == {f"{out / 'checkpoints'} holds checkpoints of an earlier run (up to step 20) and checkpoint.resume is false: "
