@@ -26,6 +26,7 @@ from typing import Annotated, Any, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from core.errors import FieldError
+from recipes.schema import HF_REPO_ID
 from core.schema.field_errors import first_field_error
 
 ALGORITHMS_THAT_STAY_UP = ("diloco", "demo")
@@ -43,6 +44,12 @@ K8S_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 def _named(value: str) -> str:
     if not value.strip():
         raise ValueError("empty")
+    return value
+
+
+def _hf_repo(value: str) -> str:
+    if not re.fullmatch(HF_REPO_ID, value):
+        raise ValueError("not an HF Hub repo id")
     return value
 
 
@@ -94,8 +101,8 @@ class RecoverySettings(BaseModel):
     """Kubernetes: an existing claim; each workspace mounts only its sub-path."""
     storage_class: Optional[KubernetesName] = None
     """Kubernetes: class of the per-workspace claim made by default (ReadWriteMany for several pods)."""
-    hf_repo: Optional[Named] = None
-    """HF Hub copy of record (needs an HF token)."""
+    hf_repo: Optional[Annotated[Named, AfterValidator(_hf_repo)]] = None
+    """HF Hub copy of record (needs an HF token): a repo id, name or namespace/name."""
 
     @model_validator(mode="after")
     def _one_checkpoint_volume(self) -> "RecoverySettings":
@@ -156,7 +163,7 @@ _EXPECTED = {"max_recoveries": "a whole number ≥ 0", "elastic": "true or false
              "checkpoint_dir": "an absolute path", "host_path": "an absolute path",
              "pvc": "a Kubernetes name (lower-case letters, digits, '-' and '.')",
              "storage_class": "a Kubernetes name (lower-case letters, digits, '-' and '.')",
-             "hf_repo": "a non-empty string"}
+             "hf_repo": "an HF Hub repo id (name or namespace/name: letters, digits, '.', '_', '-')"}
 
 
 def _hints() -> dict[str, str]:
@@ -165,7 +172,7 @@ def _hints() -> dict[str, str]:
     hints = {"max_recoveries": "e.g. max_recoveries: 3", "checkpoint_dir": "start the path with /",
              "host_path": "start the path with /", "pvc": "e.g. pvc: my-claim",
              "storage_class": "e.g. storage_class: local-path",
-             "hf_repo": "give hf_repo a name or remove it"}
+             "hf_repo": "e.g. hf_repo: me/run-ckpts, or remove it"}
     for key in ("elastic", "standby"):
         hints[key] = f"write {key}: true or {key}: false"
     for key in ("join_timeout_s", "heartbeat_timeout_s", "op_timeout_s"):

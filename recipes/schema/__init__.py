@@ -14,6 +14,7 @@ from recipes.schema.models import (
     DemoConfig,
     DilocoConfig,
     DistConfig,
+    HF_REPO_ID,
     LoggingConfig,
     OptimConfig,
     TrainConfig,
@@ -21,6 +22,6 @@ from recipes.schema.models import (
 
 __all__ = [
     "CheckpointConfig", "ConfigError", "DataConfig", "DemoConfig", "DilocoConfig", "DistConfig",
-    "FieldHelp", "LoggingConfig", "bounds", "describe", "OptimConfig", "TrainConfig", "check", "field_help", "json_schema",
+    "FieldHelp", "HF_REPO_ID", "LoggingConfig", "bounds", "describe", "OptimConfig", "TrainConfig", "check", "field_help", "json_schema",
     "validate",
 ]

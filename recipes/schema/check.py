@@ -51,6 +51,9 @@ def _from_pydantic(error: dict) -> dict:
                           f"{where} must be {limit}, found {value!r}")
         limit = bounds(info).strip() if info else ""
         return _issue(path, expected + bounds(info), value, f"{path} must be {limit}, found {value!r}")
+    if kind == "string_pattern_mismatch":  # the one pattern: an HF Hub repo id
+        return _issue(path, "an HF Hub repo id", value, f"{path} must be an HF Hub repo id (name or namespace/name: "
+                                                        f"letters, digits, '.', '_', '-'), found {value!r}")
     if kind in ("too_short", "too_long"):
         size = bounds(info).strip().removeprefix("of ")
         return _issue(path, expected + bounds(info), value, f"{path} needs {size}, found {value!r}")

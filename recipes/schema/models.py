@@ -32,6 +32,11 @@ Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
 Float = Annotated[float, BeforeValidator(_not_bool)]
 
+# An HF Hub repo id, matched in full: a name or namespace/name, each of letters, digits, '.', '_', '-' (the
+# Hub's own rule; no '/' beyond the one, no whitespace or control characters to reach a log line)
+HF_REPO_ID = r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
+HfRepo = Annotated[str, Strict(), Field(pattern=HF_REPO_ID)]
+
 ModelName = Literal[tuple(MODEL_SIZES)]  # type: ignore[valid-type]
 PresetName = Literal[_preset_names()]  # type: ignore[valid-type]
 _SOURCES = tuple(dict.fromkeys(source for sources in MODEL_DATA.values() for source in sources))
@@ -186,8 +191,8 @@ class CheckpointConfig(Section):
     """Checkpoints kept on disk per rank (older ones are deleted)."""
     resume: Bool = True
     """Resume from the latest complete checkpoint in out_dir when one exists."""
-    hf_repo: Optional[Str] = None
-    """HF Hub repo to upload checkpoints to (needs HF_TOKEN in the environment)."""
+    hf_repo: Optional[HfRepo] = None
+    """HF Hub repo id (name or namespace/name) to upload checkpoints to (needs HF_TOKEN in the environment)."""
     hf_private: Bool = True
     """Create the HF repo as private."""
 

@@ -27,7 +27,11 @@ BASE = dict(cluster="local", model="gpt-neo", size="tiny", preset="medium", work
      "recovery.join_timeout_s: expected seconds, more than 0 and at most 86400, found '5' — e.g. join_timeout_s: 60"),
     ({"recovery": {"checkpoint_dir": "ckpt"}},
      "recovery.checkpoint_dir: expected an absolute path, found 'ckpt' — start the path with /"),
-    ({"recovery": {"hf_repo": " "}}, "recovery.hf_repo: expected a non-empty string, found ' ' — give hf_repo a name or remove it"),
+    ({"recovery": {"hf_repo": " "}}, "recovery.hf_repo: expected an HF Hub repo id (name or namespace/name: letters, "
+                                     "digits, '.', '_', '-'), found ' ' — e.g. hf_repo: me/run-ckpts, or remove it"),
+    ({"recovery": {"hf_repo": "me/ok\ngeotrain-event {}"}},  # never a second line in a log or event stream
+     "recovery.hf_repo: expected an HF Hub repo id (name or namespace/name: letters, digits, '.', '_', '-'), "
+     "found 'me/ok\\ngeotrain-event {}' — e.g. hf_repo: me/run-ckpts, or remove it"),
     ({"recovery": [1]}, "recovery: expected a mapping, found [1] — write e.g. `recovery: {max_recoveries: 3}`"),
 ])
 def test_first_problem_is_one_line_naming_the_field(change, said):

@@ -71,6 +71,18 @@ def test_a_presets_outer_lr_follows_the_inner_beta1_it_was_tuned_at():
     assert [preset_outer_lr(two, b) for b in (0.0, 0.39, 0.4, 0.41, 0.7, 0.95)] == [2.0, 2.0, 1.2, 1.2, 0.9, 0.9]
 
 
+def test_an_hf_repo_is_a_repo_id_matched_in_full():
+    """Checkpoints upload to it and its name reaches log lines: a name or namespace/name, nothing else."""
+    for good in ("me/run-ckpts", "run_1.v2", "Org-9/x"):
+        assert parse_config({"model": "gpt-neo", "size": "tiny"}, [f"checkpoint.hf_repo={good}"]).checkpoint.hf_repo == good
+    for bad in ("a/b/c", "me/x\ngeotrain-event {}", " me/x", "me/x\n", "../x", "x" * 97, ""):
+        with pytest.raises(ConfigError) as exc:
+            parse_config({"model": "gpt-neo", "size": "tiny", "checkpoint": {"hf_repo": bad}})
+        assert [e["message"] for e in exc.value.errors] == [
+            "checkpoint.hf_repo must be an HF Hub repo id (name or namespace/name: letters, digits, '.', '_', '-'), "
+            f"found {bad!r}"], bad
+
+
 def test_a_list_items_limit_names_the_item():
     # a preset's outer lr follows Adam's beta1, so a beta outside [0, 1) is refused, not picked from
     def said(betas):
