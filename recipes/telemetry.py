@@ -135,13 +135,17 @@ def _start_wandb(out_dir: Path, config: dict, project: str | None, entity: str |
         except Exception as again:
             say(0, f"wandb init failed ({one_line(again)}); continuing without it")
             return None
+    if getattr(run, "disabled", False):  # WANDB_MODE=disabled, or a settings file's: nothing to record or sync
+        say(0, "W&B is disabled here (WANDB_MODE or wandb's settings); logging to metrics.jsonl only")
+        return None
     _record_run(out_dir, run, project)
     return run
 
 
 def _record_run(out_dir: Path, run, project: str) -> None:
-    """wandb_run.json: where the run is, for `geotrain workspaces show` and `sync`."""
-    offline = os.environ.get("WANDB_MODE") == "offline"
+    """wandb_run.json: where the run is, for `geotrain workspaces show` and `sync`. The run's own
+    settings say whether it is offline (WANDB_MODE=dryrun and a settings file's mode=offline too)."""
+    offline = bool(getattr(run, "offline", os.environ.get("WANDB_MODE") in ("offline", "dryrun")))
     sync_dir = str(Path(run.settings.sync_dir).absolute())
     info = {"mode": "offline" if offline else "online", "project": project, "id": run.id,
             "url": None if offline else run.url, "sync_dir": sync_dir}

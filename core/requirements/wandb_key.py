@@ -1,12 +1,15 @@
 """A W&B API key: its format (the rule of wandb 0.31's `wbauth.validation.check_api_key`:
 a JWT, or an optional `prefix-` then 40+ letters, digits, underscores), then the server's
-answer to a `viewer` GraphQL query at WANDB_BASE_URL (default https://api.wandb.ai), with
-the key as HTTP basic auth (user `api`), as wandb's public API sends it. A server that
-cannot be reached leaves the key unchecked, not refused."""
+answer to a `viewer` GraphQL query at the server the runs will log to: WANDB_BASE_URL, else
+the installed wandb's own default (https://api.forge.coreweave.com for wandb 0.31; older
+ones, or none installed, https://api.wandb.ai), with the key as HTTP basic auth (user
+`api`), as wandb's public API sends it. A server that cannot be reached leaves the key
+unchecked, not refused."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -16,7 +19,7 @@ import urllib.request
 from core.requirements.report import OK, UNKNOWN, Finding
 from core.requirements.hub_access import ALL_NODES
 
-DEFAULT_BASE_URL = "https://api.wandb.ai"
+FALLBACK_BASE_URL = "https://api.wandb.ai"
 TIMEOUT_S = 5.0
 _JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")
 _SECRET = re.compile(r"[\w-]+")
@@ -38,8 +41,21 @@ def format_problem(key: str) -> str | None:
     return None
 
 
+@functools.cache
+def default_base_url() -> str:
+    """The server wandb.init talks to when nothing says otherwise (wandb 0.31 moved it from
+    api.wandb.ai): the installed wandb's setting default, read once (~1 s to import)."""
+    try:
+        from wandb.sdk.wandb_settings import Settings
+
+        default = Settings.model_fields["base_url"].default
+    except Exception:  # no wandb here, or one laid out otherwise: the long-standing host
+        return FALLBACK_BASE_URL
+    return default if isinstance(default, str) and default.startswith("http") else FALLBACK_BASE_URL
+
+
 def base_url() -> str:
-    return (os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    return (os.environ.get("WANDB_BASE_URL") or default_base_url()).rstrip("/")
 
 
 def check_wandb_key(key: str) -> Finding:

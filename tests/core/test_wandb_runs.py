@@ -245,3 +245,23 @@ def test_a_key_that_gets_no_online_run_logs_offline_for_a_later_sync(tmp_path, s
     assert info["mode"] == "offline" and info["url"] is None
     assert list(Path(info["sync_dir"]).glob("run-*.wandb"))
     assert f"upload it later with: wandb sync {info['sync_dir']}" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["dryrun", "disabled"])
+def test_wandbs_other_modes_are_recorded_as_what_they_are(tmp_path, mode):
+    """WANDB_MODE=dryrun is wandb's older name for offline: the run is recorded as offline, with its sync
+    command (it was recorded as online, with no URL and nothing to sync). WANDB_MODE=disabled leaves no run
+    to record or sync: one line says so and metrics.jsonl still gets every record."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
+    done = subprocess.run([sys.executable, "-c", TELEMETRY_RUN, str(out)], cwd=ROOT,
+                          env=dict(env, WANDB_MODE=mode), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [2.5]
+    if mode == "dryrun":
+        info = json.loads((out / "wandb_run.json").read_text())
+        assert info["mode"] == "offline" and info["url"] is None and Path(info["sync_dir"]).is_dir()
+        assert f"upload it later with: wandb sync {info['sync_dir']}" in done.stdout
+    else:
+        assert not (out / "wandb_run.json").exists() and "W&B run" not in done.stdout
+        assert "W&B is disabled here (WANDB_MODE or wandb's settings); logging to metrics.jsonl only" in done.stdout

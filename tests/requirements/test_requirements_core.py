@@ -6,7 +6,7 @@ import pytest
 
 from core.requirements import needs
 from core.requirements.machine import judge
-from core.requirements.wandb_key import format_problem
+from core.requirements.wandb_key import base_url, format_problem
 from tests.requirements.conftest import facts
 
 
@@ -18,6 +18,17 @@ def test_the_format_check_agrees_with_wandbs_own(key):
     from wandb.sdk.lib.wbauth.validation import check_api_key  # wandb 0.31's rule
 
     assert (format_problem(key) is None) == (check_api_key(key) is None)
+
+
+def test_the_key_is_checked_at_the_server_the_runs_will_log_to(monkeypatch):
+    """wandb 0.31 logs to api.forge.coreweave.com unless told otherwise; a check at api.wandb.ai
+    could pass where the runs then fail to connect, or the other way round."""
+    import wandb
+
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    assert base_url() == wandb.Settings().base_url.rstrip("/")
+    monkeypatch.setenv("WANDB_BASE_URL", "http://10.0.0.7:8080/")
+    assert base_url() == "http://10.0.0.7:8080"  # as wandb.setup() applies it to the runs' settings
 
 
 def test_imagenet_and_librispeech_want_more_than_250_gb_on_a_gpu_node():
