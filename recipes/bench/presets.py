@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                              "rows); topics: each worker its own half of the topics")
     parser.add_argument("--eval-every", type=int, default=50, help="text task: held-out evaluation interval")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
-                        help="text task: extra override for one method (tuning), e.g. high:diloco.inner_steps=50")
+                        help="text task: extra override for one method (tuning), e.g. high:diloco.inner_steps=50; "
+                             "all:KEY=VALUE for every method, DDP included")
     parser.add_argument("--ddp-from", type=Path, help="text task: reuse DDP's curves from this earlier report "
                                                        "(same steps and settings) instead of running DDP again")
     parser.add_argument("--budgets", type=float, nargs="+", default=[], metavar="F",
@@ -248,9 +249,11 @@ def text_main(args) -> int:
     overrides = {name: list(METHODS.get(name, [])) for name in methods}
     for item in args.sets:
         name, _, setting = item.partition(":")
-        if name not in overrides or "=" not in setting:
-            raise SystemExit(f"--set {item!r}: write METHOD:KEY=VALUE with METHOD one of {', '.join(methods)}")
-        overrides[name].append(setting)
+        if (name != "all" and name not in overrides) or "=" not in setting:
+            raise SystemExit(f"--set {item!r}: write METHOD:KEY=VALUE with METHOD one of {', '.join(methods)}, "
+                             "or all (every method, DDP included)")
+        for each in (methods if name == "all" else [name]):
+            overrides[each].append(setting)
     unknown = [m for m in methods if m not in METHODS and not any(o.startswith("gradient_compression=")
                                                                  for o in overrides[m])]
     if unknown:

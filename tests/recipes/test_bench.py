@@ -64,7 +64,7 @@ def test_text_task_runs_budgets_in_parallel_once_each_and_guards_its_baseline(tm
                            env=recipe_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "records no settings" in again.stderr and "run DDP again here" in again.stderr
     assert "seed 0" not in again.stdout
-    again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(out), "--set", "ddp:optim.betas=[0.9,0.95]"],
+    again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(out), "--set", "all:optim.betas=[0.9,0.95]"],
                            cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "(ddp optim.betas=(unset) against [0.9,0.95])" in again.stderr
     assert "seed 0" not in again.stdout
@@ -118,6 +118,10 @@ def test_text_only_options_on_the_markov_task_are_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as err:
         presets.main(["--quick", "--set", "high:diloco.inner_steps=50"])
     assert str(err.value) == "--set: only for the text task; add --task text"
+    with pytest.raises(SystemExit) as err:  # on the text task, a --set names a method of the run, or all
+        presets.main(["--task", "text", "--methods", "ddp", "high", "--set", "ultra:diloco.inner_steps=50"])
+    assert str(err.value) == ("--set 'ultra:diloco.inner_steps=50': write METHOD:KEY=VALUE with METHOD one of ddp, "
+                              "high, or all (every method, DDP included)")
     with pytest.raises(SystemExit) as err:
         presets.main(["--quick", "--methods", "ddp", "low8"])
     assert str(err.value).startswith("--methods low8: not a Markov bench method; choose from ddp, low, ")
