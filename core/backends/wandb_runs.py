@@ -3,13 +3,16 @@ the run's URL (online) or its folder and `wandb sync` command (offline), and the
 itself once a key is given later.
 
 The recipe (recipes/telemetry.py) writes `out/wandb_run.json` when its run starts:
-{"mode": "online"|"offline", "url": …, "sync_dir": …, "project": …, "id": …}.
+{"mode": "online"|"offline", "url": …, "sync_dir": …, "project": …, "id": …}. Every start
+(a restart or recovery continues the same run id) logs to a folder of its own, so an offline
+run is every `offline-run-…-ID` folder in the workspace's wandb folder, uploaded oldest first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -21,6 +24,8 @@ from core.errors import BackendError, InvalidInput
 
 RUN_FILE = "wandb_run.json"
 MAX_RUN_FILE = 64 * 1024  # a few short fields; a bigger file is not the one the recipe wrote
+MAX_SEGMENTS = 1000  # one folder per start of the run: restarts, recoveries
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # wandb's run ids (the recipe's: 16 hex digits)
 
 
 def project_for(workspace_id: str) -> str:
@@ -64,9 +69,29 @@ def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str,
                          if k in ("mode", "url", "sync_dir", "id") and v})
     if info.get("sync_dir") and not own_run_dir(info["sync_dir"], result_files.get("wandb")):
         info["sync_refused"] = info.pop("sync_dir")
-    if info.get("mode") == "offline" and info.get("sync_dir"):
-        info["sync_command"] = shlex.join(["wandb", "sync", info["sync_dir"]])
+    segments = offline_segments(info.get("id"), result_files.get("wandb"))
+    if info.get("mode") == "offline" and info.get("sync_dir") and info["sync_dir"] not in segments:
+        segments.append(info["sync_dir"])
+    if segments:  # an online run's earlier offline starts are uploaded the same way
+        info["sync_dirs"] = segments
+        info["sync_command"] = shlex.join(["wandb", "sync", *segments])
     return info
+
+
+def offline_segments(run_id: str | None, wandb_dir: Path | None) -> list[str]:
+    """The run's offline folders in this workspace's wandb folder, oldest first: one per start that
+    logged offline (wandb names them offline-run-YYYYMMDD_HHMMSS-ID). Only the newest is named in
+    wandb_run.json; uploading only it would lose the history before the last restart."""
+    if not run_id or not _RUN_ID.fullmatch(run_id) or wandb_dir is None:
+        return []
+    name = re.compile(r"offline-run-\d{8}_\d{6}-" + re.escape(run_id))
+    try:
+        with os.scandir(wandb_dir) as entries:
+            names = sorted(e.name for e in entries if name.fullmatch(e.name))
+    except OSError:
+        return []
+    folders = [str(Path(wandb_dir) / n) for n in names[-MAX_SEGMENTS:]]
+    return [f for f in folders if own_run_dir(f, Path(wandb_dir))]
 
 
 def own_run_dir(sync_dir: str, wandb_dir: Path | None) -> bool:
@@ -93,14 +118,23 @@ def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False)
     """One line for `workspaces show`; `short` for the app's detail (a narrow box)."""
     if info is None:
         return "W&B: off"
+    segments = info.get("sync_dirs") or []
     if info.get("url"):
+        if segments:  # restarts that logged offline before the latest one came online
+            parts = f"{len(segments)} offline part{'s' if len(segments) > 1 else ''}"
+            if short:
+                return f"W&B: {info['url']}; {parts}: geotrain workspaces sync {workspace_id}"
+            return (f"W&B: {info['url']}; {parts} of it (starts that logged offline) still to upload: "
+                    f"`{info['sync_command']}` or `geotrain workspaces sync {workspace_id}`")
         return f"W&B: {info['url']}"
     if info.get("sync_refused"):
         return f"W&B: the run folder {info['sync_refused']} it names is outside its wandb folder; not synced"
-    if info.get("mode") == "offline" and info.get("sync_dir"):
-        if short:  # the app's box is narrow: geotrain's own command, which finds the folder
+    if info.get("mode") == "offline" and segments:
+        if short:  # the app's box is narrow: geotrain's own command, which finds the folders
             return f"W&B offline; upload: geotrain workspaces sync {workspace_id}"
-        return (f"W&B: offline run in {info['sync_dir']} (project {info.get('project')}); "
+        where = (f"in {segments[0]}" if len(segments) == 1 else
+                 f"in {len(segments)} folders, one per start, the newest {segments[-1]}")
+        return (f"W&B: offline run {where} (project {info.get('project')}); "
                 f"upload it with `{info['sync_command']}` or `geotrain workspaces sync {workspace_id}`")
     project = f"project {info['project']}" if info.get("project") else "no project named"
     if info.get("mode") == "in the pods":
@@ -108,24 +142,27 @@ def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False)
     return f"W&B: {project}; no run recorded yet"
 
 
-def sync_argv(sync_dir: str, project: str | None) -> list[str]:
-    """The `wandb sync` call; the key is never part of it (WANDB_API_KEY in the environment)."""
+def sync_argv(sync_dirs: list[str], project: str | None) -> list[str]:
+    """The `wandb sync` call; the key is never part of it (WANDB_API_KEY in the environment). wandb
+    uploads folders of one run one after another in the order they started; ones already uploaded
+    are skipped, so a second sync sends only what is new."""
     argv = [sys.executable, "-m", "wandb", "sync"]
     if project:
         argv += ["--project", project]
-    return argv + ["--", sync_dir]
+    return argv + ["--", *sync_dirs]
 
 
 def check_syncable(info: dict[str, Any] | None) -> None:
     if info is not None and info.get("sync_refused"):
         raise InvalidInput(f"the offline run folder {info['sync_refused']} is not inside this workspace's wandb folder",
                            "export the workspace, then run `wandb sync` on the export's wandb/ folder")
-    if info is None or info.get("mode") != "offline" or not info.get("sync_dir"):
+    if info is None or not info.get("sync_dirs"):
         raise InvalidInput("this workspace has no offline W&B run to sync",
                            "an online run is uploaded as it trains; see `geotrain workspaces show`")
-    if not Path(info["sync_dir"]).is_dir():
-        raise InvalidInput(f"the offline run folder {info['sync_dir']} is not on this machine",
-                           "export the workspace, then run `wandb sync` on the export's wandb/ folder")
+    for folder in info["sync_dirs"]:
+        if not Path(folder).is_dir():
+            raise InvalidInput(f"the offline run folder {folder} is not on this machine",
+                               "export the workspace, then run `wandb sync` on the export's wandb/ folder")
 
 
 def sync(info: dict[str, Any] | None, key: str | None,
@@ -137,7 +174,7 @@ def sync(info: dict[str, Any] | None, key: str | None,
     env = dict(os.environ, WANDB_API_KEY=key)
     env.pop("WANDB_MODE", None)
     try:
-        done = run(sync_argv(info["sync_dir"], info.get("project")), env=env, capture_output=True,
+        done = run(sync_argv(info["sync_dirs"], info.get("project")), env=env, capture_output=True,
                    text=True, timeout=600)
     except subprocess.TimeoutExpired:
         raise BackendError("wandb sync did not finish in 10 minutes",

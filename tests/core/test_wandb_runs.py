@@ -265,3 +265,40 @@ def test_wandbs_other_modes_are_recorded_as_what_they_are(tmp_path, mode):
     else:
         assert not (out / "wandb_run.json").exists() and "W&B run" not in done.stdout
         assert "W&B is disabled here (WANDB_MODE or wandb's settings); logging to metrics.jsonl only" in done.stdout
+
+
+def test_every_offline_start_of_a_run_is_uploaded_oldest_first(tmp_path):
+    """A restart (torchrun's, or a recovery) continues the run id in a new offline folder, and
+    wandb_run.json names only the newest: `sync` hands wandb every folder of the run, oldest first,
+    also when the latest start came online (its history went up live; the earlier ones did not)."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
+    for _ in range(2):  # the first start, then a restart into the same out_dir
+        done = subprocess.run([sys.executable, "-c", TELEMETRY_RUN, str(out)], cwd=ROOT,
+                              env=dict(env, WANDB_MODE="offline"), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+    run_id = info_id(out)
+    folders = sorted(str(p) for p in (out / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(folders) == 2 and json.loads((out / "wandb_run.json").read_text())["sync_dir"].endswith(
+        Path(folders[1]).name)  # the file names the newest only
+    (out / "wandb" / "offline-run-20260101_000000-someoneelse").mkdir()  # another run's folder: not this run
+    files = {"wandb_run.json": out / "wandb_run.json", "wandb": out / "wandb"}
+    info = wandb_runs.describe(files, {"logging": {"wandb_project": "p"}})
+    assert info["sync_dirs"] == folders and info["sync_command"] == "wandb sync " + " ".join(folders)
+    assert f"in 2 folders, one per start, the newest {folders[1]}" in wandb_runs.summary(info, "w")
+    calls = []
+    wandb_runs.sync(info, KEY, run=lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))
+    assert calls[0][-3:] == ["--", *folders]
+
+    written = json.loads((out / "wandb_run.json").read_text())  # a third start came online
+    (out / "wandb_run.json").write_text(json.dumps({**written, "mode": "online", "url": "https://wandb.ai/t/p/runs/x"}))
+    info = wandb_runs.describe(files, {"logging": {"wandb_project": "p"}})
+    assert info["url"] == "https://wandb.ai/t/p/runs/x" and info["sync_dirs"] == folders
+    assert wandb_runs.summary(info, "w", short=True) == \
+        "W&B: https://wandb.ai/t/p/runs/x; 2 offline parts: geotrain workspaces sync w"
+    calls.clear()
+    wandb_runs.sync(info, KEY, run=lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))
+    assert calls[0][-3:] == ["--", *folders]
+    (out / "wandb" / "linked").symlink_to(folders[0])  # a folder reached through a link is not the run's
+    (out / "wandb" / f"offline-run-20260101_000000-{run_id}").symlink_to(folders[0])
+    assert wandb_runs.describe(files, {"logging": {}})["sync_dirs"] == folders
