@@ -221,11 +221,24 @@ TEXT_ONLY = {"--seeds": "seeds", "--first-seed": "first_seed", "--merge": "merge
              "--device": "device", "--parallel": "parallel"}
 
 
-def torch_version() -> str:
-    """The installed torch's version, without importing it (DDP's loss moves between builds)."""
+# the builds a report records: DDP's loss moves with them (transformers builds the model, datasets streams and
+# splits the text; seed 0's DDP ended at 1.7264 in one stop's install and at 1.7376 in the next's, torch 2.13 in both)
+BUILDS = ("torch", "transformers", "datasets")
+
+
+def build_versions() -> dict[str, str]:
+    """The installed versions of those packages, without importing them."""
     from importlib.metadata import version
 
-    return version("torch")
+    return {name: version(name) for name in BUILDS}
+
+
+def build_differs(earlier: dict, now: dict) -> str | None:
+    """How report `earlier` was built otherwise than `now` (a report from before transformers and
+    datasets were recorded counts as different: its model or data may have been otherwise); None when alike."""
+    said = [f"{name} {earlier.get(name, '(not recorded)')} against {now[name]}" for name in BUILDS
+            if earlier.get(name, now[name] if name == "torch" else None) != now[name]]
+    return ", ".join(said) or None
 
 
 def text_main(args) -> int:
@@ -266,10 +279,10 @@ def text_main(args) -> int:
         if earlier.get("ddp_steps") != steps or earlier.get("eval_every") != args.eval_every \
                 or earlier.get("corpus", {}).get("shards", "topics") != args.shards:
             raise SystemExit(f"--ddp-from {args.ddp_from}: its steps/eval interval differ from this run's")
-        if earlier.get("device", "cpu") != args.device or earlier.get("torch", torch_version()) != torch_version():
-            raise SystemExit(f"--ddp-from {args.ddp_from}: its DDP ran on {earlier.get('device', 'cpu')} with torch "
-                             f"{earlier.get('torch', '?')}, this run on {args.device} with {torch_version()}: "
-                             "run DDP again here")
+        builds = build_differs(earlier, build_versions())
+        if earlier.get("device", "cpu") != args.device or builds:
+            raise SystemExit(f"--ddp-from {args.ddp_from}: its DDP ran on {earlier.get('device', 'cpu')}, this run "
+                             f"on {args.device}{f' ({builds})' if builds else ''}: run DDP again here")
         differ = settings_differ(earlier, {"shared": TEXT_SHARED, "sets": {"ddp": overrides["ddp"]}}, ["ddp"])
         if differ:
             raise SystemExit(f"--ddp-from {args.ddp_from}: its DDP ran with other settings than this run's ({differ}): "
@@ -283,7 +296,7 @@ def text_main(args) -> int:
                           args.shards, tuple(args.budgets), args.parallel)
     except (ValueError, RuntimeError) as err:  # a bad factor, or a run that failed (its output included)
         raise SystemExit(str(err)) from None
-    report["device"], report["torch"] = args.device, torch_version()
+    report.update(device=args.device, **build_versions())
     if ddp_curves:
         report["ddp_from"] = str(args.ddp_from)
     report["methods"]["none"] = {**report["methods"]["ddp"], "same_as": "ddp"}

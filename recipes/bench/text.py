@@ -265,6 +265,11 @@ def merge_reports(reports: list[dict]) -> dict:
         if differ:
             raise ValueError(f"these reports were run with different settings ({differ}): "
                              "run the older seeds again with this bench")
+    for key in ("transformers", "datasets"):  # the model's build and the text's order; an older report records none
+        if len({o.get(key) for o in reports}) > 1:
+            raise ValueError(f"these reports were run with different {key} versions ("
+                             f"{', '.join(sorted(str(o.get(key, 'not recorded')) for o in reports))}): "
+                             "merge reports from one machine setup")
     for key in ("device", "torch"):  # DDP's loss moves with the torch build and the device
         seen = {o[key] for o in reports if key in o}
         if len(seen) > 1:

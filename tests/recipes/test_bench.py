@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 
 import pytest
 
@@ -64,6 +65,15 @@ def test_text_task_runs_budgets_in_parallel_once_each_and_guards_its_baseline(tm
                            env=recipe_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "records no settings" in again.stderr and "run DDP again here" in again.stderr
     assert "seed 0" not in again.stdout
+    # nor one whose model transformers built otherwise, or from before reports recorded its version
+    assert [report[k] for k in ("torch", "transformers", "datasets")] == [version(k) for k in ("torch", "transformers",
+                                                                                              "datasets")]
+    unbuilt = {k: v for k, v in report.items() if k != "transformers"}
+    (tmp_path / "unbuilt.json").write_text(json.dumps(unbuilt))
+    again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(tmp_path / "unbuilt.json")], cwd=REPO,
+                           env=recipe_env(), capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "seed 0" not in again.stdout
+    assert f"(transformers (not recorded) against {version('transformers')}): run DDP again here" in again.stderr
     again = subprocess.run([*cmd[:cmd.index("--json")], "--ddp-from", str(out), "--set", "all:optim.betas=[0.9,0.95]"],
                            cwd=REPO, env=recipe_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "(ddp optim.betas=(unset) against [0.9,0.95])" in again.stderr

@@ -188,6 +188,15 @@ def test_reports_of_one_seed_each_merge_into_the_worst_case():
     gpu["device"], gpu["torch"], cpu["torch"] = "cpu", "2.11.0", "2.13.0"
     with pytest.raises(ValueError, match="different torch versions"):
         merge_reports([cpu, gpu])
+    gpu["torch"], gpu["transformers"] = "2.13.0", "5.24.0"  # the other one made before versions of it were kept
+    with pytest.raises(ValueError, match=r"different transformers versions \(5.24.0, not recorded\)"):
+        merge_reports([cpu, gpu])
+    cpu["transformers"] = "5.1.0"
+    with pytest.raises(ValueError, match=r"different transformers versions \(5.1.0, 5.24.0\)"):
+        merge_reports([cpu, gpu])
+    cpu["transformers"], gpu["datasets"] = "5.24.0", "5.2.0"
+    with pytest.raises(ValueError, match=r"different datasets versions \(5.2.0, not recorded\)"):
+        merge_reports([cpu, gpu])
     budgeted = report(1, [2.6, 2.5])
     budgeted["budgets"] = [1.2]
     with pytest.raises(ValueError, match="different --budgets"):
