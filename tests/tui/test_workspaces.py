@@ -147,3 +147,36 @@ def test_colon_opens_the_palette_and_jumps_to_a_workspace_and_to_nodes(app):
             await pilot.press("enter")
             await on_screen(pilot, NodesScreen)
     asyncio.run(run())
+
+
+def test_row_keys_over_an_empty_list_say_why_nothing_happened_and_what_to_press(geotrain_home):
+    """A newcomer's first l or d (no workspace yet), and d/r on the empty node pool, each say in one
+    line what is missing and the key that makes one; over a filter that hides every row, which
+    filter and how to clear it. Nothing opens, nothing is asked."""
+    from tui.app import make_app
+    from tui.screens.nodes import NodesScreen
+
+    app = make_app(poll_seconds=0)
+
+    def said() -> list[str]:
+        return [n.message for n in app._notifications]
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await on_screen(pilot, WorkspacesScreen)
+            for key, doing in (("l", "open"), ("d", "delete"), ("enter", "open")):
+                await pilot.press(key)
+                await until(pilot, lambda: f"Nothing to {doing}: there is no workspace yet. Press n to deploy the "
+                                           "default one, or c to choose." in said())
+                assert isinstance(app.screen, WorkspacesScreen)
+            await pilot.press("slash", *"x[b]", "enter", "d")
+            await until(pilot, lambda: "Nothing to delete: no workspace matches the filter 'x[b]' (esc clears it)"
+                        in said())
+            await pilot.press("escape", "2")
+            await on_screen(pilot, NodesScreen)
+            for key, doing in (("d", "remove"), ("r", "refresh")):
+                await pilot.press(key)
+                await until(pilot, lambda: f"Nothing to {doing}: there is no node yet. Press i to import a server "
+                                           "over SSH." in said())
+                assert isinstance(app.screen, NodesScreen)
+    asyncio.run(run())

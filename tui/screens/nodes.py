@@ -46,6 +46,8 @@ class NodesScreen(TableScreen):
     TITLE = "Nodes"
     AUTO_FOCUS = "#nodes-table"
     COLUMNS = COLUMNS
+    NOUN = "node"
+    EMPTY_HINT = "Press i to import a server over SSH."
     BINDINGS = [
         Binding("i", "import", "Import…"),
         Binding("r", "refresh_node", "Refresh facts"),
@@ -100,7 +102,7 @@ class NodesScreen(TableScreen):
         self.app.open_node_import(lambda _: self.action_reload())
 
     def action_refresh_node(self) -> None:
-        if (name := self.selected_key()) is not None:
+        if (name := self.chosen_key("refresh")) is not None:
             self.notify(f"Gathering facts of {name}…", markup=False)
             self._refresh([name])
 
@@ -110,7 +112,7 @@ class NodesScreen(TableScreen):
         self.post_message(NodesLoaded(self.app.node_pool.list()))
 
     def action_remove(self) -> None:
-        name = self.selected_key()
+        name = self.chosen_key("remove")
         if name is None:
             return
 

@@ -15,6 +15,8 @@ class TableScreen(GeotrainScreen):
 
     COLUMNS: tuple[str, ...] = ()
     POLL = False  # re-load every app.poll_seconds while the screen exists
+    NOUN = "row"  # what a row is, for the line a row key says over an empty list
+    EMPTY_HINT = ""  # what to press when the list is empty
 
     FILTER_BINDINGS = [
         Binding("slash", "filter", "Filter"),
@@ -51,6 +53,16 @@ class TableScreen(GeotrainScreen):
         if not table.row_count:
             return None
         return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def chosen_key(self, doing: str) -> str | None:
+        """The highlighted row's key, for a key that acts on one row; over an empty list it says in
+        one line why nothing happened and what to press, instead of doing nothing silently."""
+        key = self.selected_key()
+        if key is None:
+            why = (f"no {self.NOUN} matches the filter {self.filter_text!r} (esc clears it)" if self.filter_text
+                   else f"there is no {self.NOUN} yet. {self.EMPTY_HINT}")
+            self.notify(f"Nothing to {doing}: {why}".strip(), severity="warning", markup=False)
+        return key
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

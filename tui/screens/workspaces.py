@@ -28,6 +28,8 @@ class WorkspacesScreen(TableScreen):
     AUTO_FOCUS = "#workspaces"
     COLUMNS = COLUMNS
     POLL = True
+    NOUN = "workspace"
+    EMPTY_HINT = "Press n to deploy the default one, or c to choose."
     BINDINGS = [
         Binding("n", "deploy_default", "Deploy default"),
         Binding("c", "deploy_form", "Deploy…"),
@@ -96,7 +98,7 @@ class WorkspacesScreen(TableScreen):
     # actions ---------------------------------------------------------------
     @on(DataTable.RowSelected)
     def action_open(self) -> None:
-        if (ws_id := self.selected_key()) is not None:
+        if (ws_id := self.chosen_key("open")) is not None:
             self.app.open_workspace(ws_id)
 
     def action_deploy_default(self) -> None:
@@ -124,7 +126,7 @@ class WorkspacesScreen(TableScreen):
         self.app.open_workspace(message.workspace.id)
 
     def action_delete(self) -> None:
-        if (ws_id := self.selected_key()) is not None:
+        if (ws_id := self.chosen_key("delete")) is not None:
             ask_delete(self, ws_id)
 
     @on(WorkspaceDeleted)
