@@ -85,7 +85,7 @@ class DilocoConfig(Section):
     """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's for the run's Adam beta1
     (presets.yaml: 0.5 to 0.9 at beta1 0.9, 0.7 to 1.2 at 0.5; the nearest beta1 tuned wins)."""
     outer_momentum: Optional[Float] = None
-    """Outer Nesterov momentum; null: the preset's (0.6)."""
+    """Outer Nesterov momentum; null: the preset's (0.6; high 0.5)."""
     bits: Optional[WireBits] = None
     """Wire bits per value (32/16/8/4/1); null takes the preset's value."""
     block: Optional[Int] = None
