@@ -180,3 +180,29 @@ def test_row_keys_over_an_empty_list_say_why_nothing_happened_and_what_to_press(
                                            "over SSH." in said())
                 assert isinstance(app.screen, NodesScreen)
     asyncio.run(run())
+
+
+def test_a_longer_status_widens_its_column_instead_of_being_cut(app, seeded):
+    """The list's first load sizes each column; a workspace deployed as PENDING that ends COMPLETED
+    was shown as 'COMPLET' (found by a newcomer's first deploy at 120 columns)."""
+    from dataclasses import replace
+
+    service, _ = seeded
+    first = next(w for w in service.list() if w.id == states.COMPLETED_ID)
+    listed = [[replace(first, status="PENDING")]]
+    service.list = lambda: listed[0]
+
+    def status_shown() -> str:
+        table = app.screen.query_one(DataTable)
+        width = table.columns[next(k for k in table.columns if k.value == "status")].get_render_width(table)
+        return str(table.get_cell(states.COMPLETED_ID, "status"))[:width - 2 * table.cell_padding]
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: list(_rows(app)) == [states.COMPLETED_ID])
+            assert status_shown() == "PENDING"
+            listed[0] = [first]
+            await pilot.press("r")
+            await until(pilot, lambda: _rows(app)[states.COMPLETED_ID][4] == "COMPLETED")
+            assert status_shown() == "COMPLETED"
+    asyncio.run(run())

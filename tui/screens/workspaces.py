@@ -88,8 +88,8 @@ class WorkspacesScreen(TableScreen):
                     table.add_row(*formatting.cells(row), key=ws_id)
                     continue
                 for column, value in zip(COLUMNS, row):
-                    if str(table.get_cell(ws_id, column)) != str(value):
-                        table.update_cell(ws_id, column, formatting.literal(value))
+                    if str(table.get_cell(ws_id, column)) != str(value):  # a column grows to a longer value
+                        table.update_cell(ws_id, column, formatting.literal(value), update_width=True)
         empty = self.query_one("#empty", Static)
         empty.update("" if wanted else
                      "No workspaces yet. Press [b]n[/] to deploy the default (tiny gpt-neo, 2 workers,"
