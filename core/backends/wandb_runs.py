@@ -75,7 +75,18 @@ def describe(result_files: dict[str, Path], config: dict[str, Any]) -> dict[str,
     if segments:  # an online run's earlier offline starts are uploaded the same way
         info["sync_dirs"] = segments
         info["sync_command"] = shlex.join(["wandb", "sync", *segments])
+        info["uploaded"] = [f for f in segments if uploaded(f)]
     return info
+
+
+def uploaded(folder: str) -> bool:
+    """wandb sync has uploaded this run folder: it leaves `<run>.wandb.synced` beside the run's file
+    (a plain file, not a link) and skips the folder next time."""
+    try:
+        with os.scandir(folder) as entries:
+            return any(e.name.endswith(".wandb.synced") and e.is_file(follow_symlinks=False) for e in entries)
+    except OSError:
+        return False
 
 
 def offline_segments(run_id: str | None, wandb_dir: Path | None) -> list[str]:
@@ -84,7 +95,7 @@ def offline_segments(run_id: str | None, wandb_dir: Path | None) -> list[str]:
     wandb_run.json; uploading only it would lose the history before the last restart."""
     if not run_id or not _RUN_ID.fullmatch(run_id) or wandb_dir is None:
         return []
-    name = re.compile(r"offline-run-\d{8}_\d{6}-" + re.escape(run_id))
+    name = re.compile(r"offline-run-[0-9]{8}_[0-9]{6}-" + re.escape(run_id))
     try:
         with os.scandir(wandb_dir) as entries:
             names = sorted(e.name for e in entries if name.fullmatch(e.name))
@@ -119,13 +130,15 @@ def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False)
     if info is None:
         return "W&B: off"
     segments = info.get("sync_dirs") or []
+    # one folder: wandb's own command fits the line; several (one per start): geotrain's, which finds them
+    command = (f"`{info['sync_command']}` or " if len(segments) == 1 else "") + f"`geotrain workspaces sync {workspace_id}`"
     if info.get("url"):
-        if segments:  # restarts that logged offline before the latest one came online
-            parts = f"{len(segments)} offline part{'s' if len(segments) > 1 else ''}"
+        waiting = [f for f in segments if f not in info.get("uploaded", [])]
+        if waiting:  # restarts that logged offline before the latest one came online, not uploaded yet
+            parts = f"{len(waiting)} offline part{'s' if len(waiting) > 1 else ''}"
             if short:
                 return f"W&B: {info['url']}; {parts}: geotrain workspaces sync {workspace_id}"
-            return (f"W&B: {info['url']}; {parts} of it (starts that logged offline) still to upload: "
-                    f"`{info['sync_command']}` or `geotrain workspaces sync {workspace_id}`")
+            return f"W&B: {info['url']}; {parts} of it (starts that logged offline) still to upload: {command}"
         return f"W&B: {info['url']}"
     if info.get("sync_refused"):
         return f"W&B: the run folder {info['sync_refused']} it names is outside its wandb folder; not synced"
@@ -134,8 +147,7 @@ def summary(info: dict[str, Any] | None, workspace_id: str, short: bool = False)
             return f"W&B offline; upload: geotrain workspaces sync {workspace_id}"
         where = (f"in {segments[0]}" if len(segments) == 1 else
                  f"in {len(segments)} folders, one per start, the newest {segments[-1]}")
-        return (f"W&B: offline run {where} (project {info.get('project')}); "
-                f"upload it with `{info['sync_command']}` or `geotrain workspaces sync {workspace_id}`")
+        return f"W&B: offline run {where} (project {info.get('project')}); upload it with {command}"
     project = f"project {info['project']}" if info.get("project") else "no project named"
     if info.get("mode") == "in the pods":
         return f"W&B: {project}; rank 0's log names the run (`geotrain workspaces logs {workspace_id}`)"

@@ -285,7 +285,8 @@ def test_every_offline_start_of_a_run_is_uploaded_oldest_first(tmp_path):
     files = {"wandb_run.json": out / "wandb_run.json", "wandb": out / "wandb"}
     info = wandb_runs.describe(files, {"logging": {"wandb_project": "p"}})
     assert info["sync_dirs"] == folders and info["sync_command"] == "wandb sync " + " ".join(folders)
-    assert f"in 2 folders, one per start, the newest {folders[1]}" in wandb_runs.summary(info, "w")
+    assert wandb_runs.summary(info, "w") == (f"W&B: offline run in 2 folders, one per start, the newest {folders[1]} "
+                                            "(project p); upload it with `geotrain workspaces sync w`")
     calls = []
     wandb_runs.sync(info, KEY, run=lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))
     assert calls[0][-3:] == ["--", *folders]
@@ -296,6 +297,15 @@ def test_every_offline_start_of_a_run_is_uploaded_oldest_first(tmp_path):
     assert info["url"] == "https://wandb.ai/t/p/runs/x" and info["sync_dirs"] == folders
     assert wandb_runs.summary(info, "w", short=True) == \
         "W&B: https://wandb.ai/t/p/runs/x; 2 offline parts: geotrain workspaces sync w"
+    (Path(folders[0]) / f"run-{run_id}.wandb.synced").write_text("")  # wandb sync uploaded the first part
+    info = wandb_runs.describe(files, {"logging": {"wandb_project": "p"}})
+    assert wandb_runs.summary(info, "w") == ("W&B: https://wandb.ai/t/p/runs/x; 1 offline part of it (starts that "
+                                            "logged offline) still to upload: `geotrain workspaces sync w`")
+    (Path(folders[1]) / f"run-{run_id}.wandb.synced").symlink_to(Path(folders[0]) / f"run-{run_id}.wandb.synced")
+    assert "1 offline part of it" in wandb_runs.summary(wandb_runs.describe(files, {"logging": {}}), "w")
+    (Path(folders[1]) / f"run-{run_id}.wandb.synced").unlink()  # a link is no marker; a file is
+    (Path(folders[1]) / f"run-{run_id}.wandb.synced").write_text("")
+    assert wandb_runs.summary(wandb_runs.describe(files, {"logging": {}}), "w") == "W&B: https://wandb.ai/t/p/runs/x"
     calls.clear()
     wandb_runs.sync(info, KEY, run=lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))
     assert calls[0][-3:] == ["--", *folders]

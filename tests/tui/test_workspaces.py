@@ -150,35 +150,61 @@ def test_colon_opens_the_palette_and_jumps_to_a_workspace_and_to_nodes(app):
 
 
 def test_row_keys_over_an_empty_list_say_why_nothing_happened_and_what_to_press(geotrain_home):
-    """A newcomer's first l or d (no workspace yet), and d/r on the empty node pool, each say in one
-    line what is missing and the key that makes one; over a filter that hides every row, which
-    filter and how to clear it. Nothing opens, nothing is asked."""
+    """A newcomer's first l, enter or d (no workspace yet), and d/r on the empty node pool, each say in
+    one line what is missing and the key that makes one; over a filter that hides every row, which
+    filter and how to clear it (and the empty-list hint stays away). Nothing opens, nothing is asked."""
     from tui.app import make_app
     from tui.screens.nodes import NodesScreen
 
     app = make_app(poll_seconds=0)
 
-    def said() -> list[str]:
-        return [n.message for n in app._notifications]
+    def said(line: str) -> int:
+        return sum(n.message == line for n in app._notifications)
+
+    async def press_and_hear(pilot, key: str, line: str) -> None:
+        before = said(line)
+        await pilot.press(key)
+        await until(pilot, lambda: said(line) == before + 1)
 
     async def run():
         async with app.run_test(size=(120, 40)) as pilot:
             await on_screen(pilot, WorkspacesScreen)
-            for key, doing in (("l", "open"), ("d", "delete"), ("enter", "open")):
-                await pilot.press(key)
-                await until(pilot, lambda: f"Nothing to {doing}: there is no workspace yet. Press n to deploy the "
-                                           "default one, or c to choose." in said())
+            await until(pilot, lambda: app.screen.loaded)
+            for key, doing in (("l", "open"), ("enter", "open"), ("d", "delete"), ("enter", "open")):
+                await press_and_hear(pilot, key, f"Nothing to {doing}: there is no workspace yet. Press n to "
+                                                 "deploy the default one, or c to choose.")
                 assert isinstance(app.screen, WorkspacesScreen)
-            await pilot.press("slash", *"x[b]", "enter", "d")
-            await until(pilot, lambda: "Nothing to delete: no workspace matches the filter 'x[b]' (esc clears it)"
-                        in said())
+            await pilot.press("slash", *"x[b]", "enter")
+            await press_and_hear(pilot, "d", "Nothing to delete: no workspace matches the filter 'x[b]' (esc clears it)")
             await pilot.press("escape", "2")
             await on_screen(pilot, NodesScreen)
+            await until(pilot, lambda: app.screen.loaded)
             for key, doing in (("d", "remove"), ("r", "refresh")):
-                await pilot.press(key)
-                await until(pilot, lambda: f"Nothing to {doing}: there is no node yet. Press i to import a server "
-                                           "over SSH." in said())
+                await press_and_hear(pilot, key, f"Nothing to {doing}: there is no node yet. Press i to import a "
+                                                 "server over SSH.")
                 assert isinstance(app.screen, NodesScreen)
+    asyncio.run(run())
+
+
+def test_a_row_key_before_the_first_load_says_the_list_is_still_loading(app, seeded):
+    """On a slow cluster the list comes in after the screen: a key pressed before it says so, not
+    'there is no workspace yet'; a filter that then hides every row leaves the empty-list hint away."""
+    import threading
+
+    service, _ = seeded
+    gate, listing = threading.Event(), service.list
+    service.list = lambda: gate.wait(30) and listing()
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("d")
+            await until(pilot, lambda: any(n.message == "Nothing to delete: the list is still loading"
+                                           for n in app._notifications))
+            gate.set()
+            await until(pilot, lambda: len(_rows(app)) == 4)
+            await pilot.press("slash", *"nothing-like-this", "enter")
+            await until(pilot, lambda: not _rows(app))
+            assert str(app.screen.query_one("#empty").render()) == ""
     asyncio.run(run())
 
 

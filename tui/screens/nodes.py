@@ -14,6 +14,7 @@ from core.domain.records import Node
 from tui import formatting
 from tui.messages import NodesLoaded
 from tui.screens.table_screen import TableScreen
+from tui.widgets.record_table import RecordTable
 from tui.modals.confirm import ConfirmScreen
 
 COLUMNS = ("name", "datacenter", "status", "GPUs", "CPU", "memory", "disk", "blockers")
@@ -63,7 +64,7 @@ class NodesScreen(TableScreen):
         yield Header()
         yield Input(placeholder="filter: name, datacenter, status…", id="filter", classes="hidden")
         with Horizontal():
-            yield DataTable(id="nodes-table", cursor_type="row", zebra_stripes=True)
+            yield RecordTable(id="nodes-table", cursor_type="row", zebra_stripes=True)
             yield Static("No node selected.", id="details")
         yield Footer()
 
@@ -74,6 +75,7 @@ class NodesScreen(TableScreen):
     @on(NodesLoaded)
     def _show(self, message: NodesLoaded) -> None:
         self.nodes = {n.name: n for n in message.nodes}
+        self.loaded = True
         self.refill()
 
     def refill(self) -> None:

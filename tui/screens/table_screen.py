@@ -26,6 +26,7 @@ class TableScreen(GeotrainScreen):
     def __init__(self) -> None:
         super().__init__()
         self.filter_text = ""
+        self.loaded = False  # the first load has come in (subclasses set it when they show it)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -59,7 +60,8 @@ class TableScreen(GeotrainScreen):
         one line why nothing happened and what to press, instead of doing nothing silently."""
         key = self.selected_key()
         if key is None:
-            why = (f"no {self.NOUN} matches the filter {self.filter_text!r} (esc clears it)" if self.filter_text
+            why = ("the list is still loading" if not self.loaded else
+                   f"no {self.NOUN} matches the filter {self.filter_text!r} (esc clears it)" if self.filter_text
                    else f"there is no {self.NOUN} yet. {self.EMPTY_HINT}")
             self.notify(f"Nothing to {doing}: {why}".strip(), severity="warning", markup=False)
         return key

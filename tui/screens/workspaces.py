@@ -13,6 +13,7 @@ from core.requirements.check import check_before_deploy
 from core.workspaces import DeployRequest
 from tui import formatting
 from tui.screens.table_screen import TableScreen
+from tui.widgets.record_table import RecordTable
 from tui.actions import ask_delete
 from tui.messages import WorkspaceDeleted, WorkspaceDeployed, WorkspacesLoaded
 
@@ -47,7 +48,7 @@ class WorkspacesScreen(TableScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Input(placeholder="filter: id, cluster, model, status…", id="filter", classes="hidden")
-        yield DataTable(id="workspaces", cursor_type="row", zebra_stripes=True)
+        yield RecordTable(id="workspaces", cursor_type="row", zebra_stripes=True)
         yield Static("", id="empty", classes="hint")
         yield Footer()
 
@@ -59,6 +60,7 @@ class WorkspacesScreen(TableScreen):
     @on(WorkspacesLoaded)
     def _show(self, message: WorkspacesLoaded) -> None:
         self.workspaces = {ws.id: ws for ws in message.workspaces}
+        self.loaded = True
         self.refill()
 
     def _row(self, ws) -> tuple:
@@ -91,7 +93,7 @@ class WorkspacesScreen(TableScreen):
                     if str(table.get_cell(ws_id, column)) != str(value):  # a column grows to a longer value
                         table.update_cell(ws_id, column, formatting.literal(value), update_width=True)
         empty = self.query_one("#empty", Static)
-        empty.update("" if wanted else
+        empty.update("" if self.workspaces else  # a filter that hides every row is said by the filter box
                      "No workspaces yet. Press [b]n[/] to deploy the default (tiny gpt-neo, 2 workers,"
                      " medium compression, on local) or [b]c[/] to choose.")
 
