@@ -1,10 +1,11 @@
 """A W&B API key: its format (the rule of wandb 0.31's `wbauth.validation.check_api_key`:
 a JWT, or an optional `prefix-` then 40+ letters, digits, underscores), then the server's
-answer to a `viewer` GraphQL query at the server the runs will log to: WANDB_BASE_URL, else
-the installed wandb's own default (https://api.forge.coreweave.com for wandb 0.31; older
-ones, or none installed, https://api.wandb.ai), with the key as HTTP basic auth (user
-`api`), as wandb's public API sends it. A server that cannot be reached leaves the key
-unchecked, not refused."""
+answer to a `viewer` GraphQL query at the server this machine's settings name: WANDB_BASE_URL,
+else the installed wandb's own default (https://api.forge.coreweave.com for wandb 0.31; older
+ones, or none installed, https://api.wandb.ai), with the key as HTTP basic auth (user `api`),
+as wandb's public API sends it. That is where the local cluster's workers log; pods log where
+their image's wandb points (WANDB_BASE_URL is not passed to them). A server that cannot be
+reached leaves the key unchecked, not refused."""
 
 from __future__ import annotations
 
