@@ -27,6 +27,7 @@ from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.recovery_manifests import claim_name
 from core.state.secret_store import SecretStore
+from core.requirements.wandb_key import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
@@ -75,8 +76,10 @@ class KubernetesBackend(Backend):
 
     def _manifests(self, workspace_id: str, spec: WorkspaceSpec,
                    tokens: dict[str, str]) -> list[dict[str, Any]]:
+        # a workspace that logs to W&B logs where its key was checked (this machine's WANDB_BASE_URL)
+        settings = server_env() if "wandb" in spec.tokens else {}
         manifests = render_manifests(workspace_id, spec, self.cluster, self._groups(),
-                                     self.namespace, tokens)
+                                     self.namespace, tokens, settings)
         problems = admission_errors(manifests[-1])
         if problems:
             raise BackendError(f"the rendered Volcano job would be refused: {problems[0]}",

@@ -148,8 +148,10 @@ def _torchrun(job: str, nnodes: int, slots: int, is_host: bool) -> str:
 
 
 def _env(workspace_id: str, job: str, backend: str, group: NodeGroup,
-         secret_keys: Iterable[str]) -> list[dict[str, Any]]:
-    plain = {"GEOTRAIN_WORKSPACE": workspace_id, "GEOTRAIN_RDZV_HOST": f"{job}-master-0.{job}",
+         secret_keys: Iterable[str], settings: dict[str, str]) -> list[dict[str, Any]]:
+    """The trainer's environment: geotrain's own values, `settings` (plain values the caller checked,
+    such as WANDB_BASE_URL; never a secret), and each token by reference to the workspace's Secret."""
+    plain = {**settings, "GEOTRAIN_WORKSPACE": workspace_id, "GEOTRAIN_RDZV_HOST": f"{job}-master-0.{job}",
              "GEOTRAIN_RDZV_WAIT_S": str(RDZV_WAIT_S), "GEOTRAIN_DIST_BACKEND": backend,
              "PYTHONUNBUFFERED": "1"}
     if group.vendor != "cpu":
@@ -221,13 +223,13 @@ def pod_script(before_wait: str, job: str, nnodes: int, slots: int, is_host: boo
 
 def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Cluster, group: NodeGroup,
                   nnodes: int, backend: str, is_host: bool, secret_keys: Iterable[str],
-                  ws_spec: WorkspaceSpec, source: dict[str, Any] | None) -> dict:
+                  ws_spec: WorkspaceSpec, source: dict[str, Any] | None, settings: dict[str, str]) -> dict:
     image = choice.image
     container = {
         "name": "trainer",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "env": _env(workspace_id, job, backend, group, secret_keys) + _rdzv_env(is_host),
+        "env": _env(workspace_id, job, backend, group, secret_keys, settings) + _rdzv_env(is_host),
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
         "resources": _resources(ws_spec, group),
         "securityContext": _container_security_context(),
@@ -299,16 +301,18 @@ def _source(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster, placed, na
 def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                        groups: list[NodeGroup], namespace: str = "default",
                        secret_keys: Iterable[str] = (),
-                       source: dict[str, Any] | None = None) -> dict[str, Any]:
+                       source: dict[str, Any] | None = None,
+                       settings: dict[str, str] | None = None) -> dict[str, Any]:
     """The Volcano Job: a master task and one worker task per node group, gang-scheduled.
-    `source`: the recipes volume (render_manifests passes the one of its ConfigMaps)."""
+    `source`: the recipes volume (render_manifests passes the one of its ConfigMaps);
+    `settings`: plain env values for the trainer (checked by the caller; never a secret)."""
     placed = allocate(groups, spec.workers, cluster.name)
     if source is None:
         source = _source(workspace_id, spec, cluster, placed, namespace)[1]
     job, backend, keys = job_name(workspace_id), dist_backend(placed), list(secret_keys)
     template = lambda group, is_host: _pod_template(  # noqa: E731
         workspace_id, job, group_image(spec, cluster, group.vendor), cluster, group, spec.workers,
-        backend, is_host, keys, spec, source)
+        backend, is_host, keys, spec, source, dict(settings or {}))
     tasks = datacenter_tasks(placed, template) if uses_datacenters(placed) else _node_tasks(placed, template)
     return add_recovery({
         "apiVersion": API_VERSION, "kind": "Job",
@@ -328,12 +332,13 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
 
 def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                      groups: list[NodeGroup], namespace: str,
-                     tokens: dict[str, str]) -> list[dict[str, Any]]:
+                     tokens: dict[str, str], settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """ConfigMap, the recipes ConfigMaps (upstream image), Secret (when there are tokens), the
-    checkpoint claim (when the workspace has its own) and Job, in the order they are created."""
+    checkpoint claim (when the workspace has its own) and Job, in the order they are created.
+    `settings`: plain env values for the trainer (render_volcano_job)."""
     placed = allocate(groups, spec.workers, cluster.name)
     maps, source = _source(workspace_id, spec, cluster, placed, namespace)
-    job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens, source)
+    job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens, source, settings)
     backend = dist_backend(placed)
     out = [render_config_map(workspace_id, spec, namespace, backend, cluster)] + maps
     if tokens:

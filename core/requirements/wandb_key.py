@@ -3,9 +3,10 @@ a JWT, or an optional `prefix-` then 40+ letters, digits, underscores), then the
 answer to a `viewer` GraphQL query at the server this machine's settings name: WANDB_BASE_URL,
 else the installed wandb's own default (https://api.forge.coreweave.com for wandb 0.31; older
 ones, or none installed, https://api.wandb.ai), with the key as HTTP basic auth (user `api`),
-as wandb's public API sends it. That is where the local cluster's workers log; pods log where
-their image's wandb points (WANDB_BASE_URL is not passed to them). A server that cannot be
-reached leaves the key unchecked, not refused."""
+as wandb's public API sends it. That is where the runs log: the local cluster's workers inherit
+this machine's environment, and a Kubernetes cluster's pods are given WANDB_BASE_URL when it is set
+here (`server_env`, checked as an address first). A server that cannot be reached leaves the key
+unchecked, not refused."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import re
 import urllib.error
 import urllib.request
 
+from core.errors import InvalidInput
 from core.requirements.report import OK, UNKNOWN, Finding
 from core.requirements.hub_access import ALL_NODES
 
@@ -24,6 +26,9 @@ FALLBACK_BASE_URL = "https://api.wandb.ai"
 TIMEOUT_S = 5.0
 _JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")
 _SECRET = re.compile(r"[\w-]+")
+# scheme, host name or IPv4 address, optional port and path: no user:password@, query, spaces or quotes
+_SERVER = re.compile(r"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~/-]*)?")
+MAX_SERVER = 512
 NEEDED = "a valid W&B API key"
 WHERE = "paste the key from wandb.ai/authorize, or none (runs stay offline)"
 
@@ -57,6 +62,21 @@ def default_base_url() -> str:
 
 def base_url() -> str:
     return (os.environ.get("WANDB_BASE_URL") or default_base_url()).rstrip("/")
+
+
+def server_env() -> dict[str, str]:
+    """{"WANDB_BASE_URL": url} for the pods of a workspace that logs to W&B, so they log where the key
+    was checked; {} when this machine does not set it (the image's wandb default, as here). Refused
+    in one line when it is not a plain http(s) address: it goes into the Job's manifest as it is.
+    The value is not repeated in the message (a user:password@ in it would be a secret)."""
+    url = os.environ.get("WANDB_BASE_URL", "")
+    if not url:
+        return {}
+    if len(url) > MAX_SERVER or not _SERVER.fullmatch(url):
+        raise InvalidInput("WANDB_BASE_URL is not an http(s) address of the form https://host[:port][/path] "
+                           "(no user:password@, query, spaces or quotes)",
+                           "set it to your W&B server's address, or unset it for wandb's default server")
+    return {"WANDB_BASE_URL": url.rstrip("/")}
 
 
 def check_wandb_key(key: str) -> Finding:

@@ -263,10 +263,44 @@ def test_a_token_missing_from_the_secret_store_submits_nothing(fake, cluster):
     assert fake.requests == []
 
 
-def test_plan_shows_manifests_without_contacting_the_cluster(fake, cluster):
+def _trainer_env(fake, job: str) -> list[dict]:
+    return [c["env"] for t in fake.objects[("jobs", "default", job)]["spec"]["tasks"]
+            for c in t["template"]["spec"]["containers"]]
+
+
+def test_pods_log_to_the_w_and_b_server_this_machine_names(fake, cluster, monkeypatch):
+    """The key is checked at this machine's WANDB_BASE_URL (core.requirements.wandb_key); pods of a
+    workspace that logs to W&B are given the same server, as a plain value."""
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.corp.example:8443/")
+    KubernetesBackend(cluster).deploy("ws-w", make_spec(cluster="mycluster", workers=2, tokens={"wandb": WANDB_REF}),
+                                      {"WANDB_API_KEY": WANDB_REF})
+    envs = _trainer_env(fake, "gt-ws-w")
+    assert len(envs) == 2 and all({"name": "WANDB_BASE_URL", "value": "https://wandb.corp.example:8443"} in e
+                                  for e in envs)
+    KubernetesBackend(cluster).deploy("ws-h", make_spec(cluster="mycluster", workers=2, tokens={"hf": HF_REF}),
+                                      {"HF_TOKEN": HF_REF})  # no W&B: nothing about its server
+    assert not any(v["name"] == "WANDB_BASE_URL" for e in _trainer_env(fake, "gt-ws-h") for v in e)
+
+
+@pytest.mark.parametrize("url", ["https://api:sekrit@wandb.example", "wandb.example", "ftp://wandb.example",
+                                 "https://wandb.example/x?token=1", "https://wandb.example\n- name: X",
+                                 "https://" + "a" * 600 + ".example"])
+def test_a_w_and_b_server_that_is_not_a_plain_address_submits_nothing(fake, cluster, monkeypatch, url):
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    with pytest.raises(InvalidInput, match="WANDB_BASE_URL is not an http.s. address") as info:
+        KubernetesBackend(cluster).deploy("ws-w", make_spec(cluster="mycluster", tokens={"wandb": WANDB_REF}),
+                                          {"WANDB_API_KEY": WANDB_REF})
+    assert "sekrit" not in str(info.value) and "\n" not in str(info.value)
+    assert "unset it" in info.value.hint
+    assert fake.requests == [] and fake.objects == {}
+
+
+def test_plan_shows_manifests_without_contacting_the_cluster(fake, cluster, monkeypatch):
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
     plan = KubernetesBackend(cluster).plan("ws-1", make_spec(cluster="mycluster", tokens={"wandb": "ws-1/wandb"}))
     assert "kind: Job" in plan.description and "kind: Secret" in plan.description
     assert "WANDB_API_KEY: <hidden>" in plan.description
+    assert "WANDB_BASE_URL" not in plan.description  # not set here: the image's wandb default
     assert "model: gpt-neo" in plan.config_yaml
     assert fake.requests == []
 
