@@ -27,7 +27,7 @@ from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.recovery_manifests import claim_name
 from core.state.secret_store import SecretStore
-from core.requirements.wandb_key import server_env
+from core.requirements.wandb_key import plain_server, server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
@@ -74,10 +74,12 @@ class KubernetesBackend(Backend):
         store = Store()
         return cluster_groups(self.cluster, [get_node(store, n) for n in self.cluster.nodes])
 
-    def _manifests(self, workspace_id: str, spec: WorkspaceSpec,
-                   tokens: dict[str, str]) -> list[dict[str, Any]]:
-        # a workspace that logs to W&B logs where its key was checked (this machine's WANDB_BASE_URL)
-        settings = server_env() if "wandb" in spec.tokens else {}
+    def _manifests(self, workspace_id: str, spec: WorkspaceSpec, tokens: dict[str, str],
+                   settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """`settings`: the trainer's plain env values; None: a new deploy's, where a workspace that logs
+        to W&B logs where its key was checked (this machine's WANDB_BASE_URL)."""
+        if settings is None:
+            settings = server_env() if "wandb" in spec.tokens else {}
         manifests = render_manifests(workspace_id, spec, self.cluster, self._groups(),
                                      self.namespace, tokens, settings)
         problems = admission_errors(manifests[-1])
@@ -165,7 +167,8 @@ class KubernetesBackend(Backend):
             cause = f"pod {self._label(workspace_id, pod['metadata']['name'])} failed ({failure(pod)})"
         else:
             cause = f"Volcano job {phase.lower()} after its own retries"
-        manifest = self._manifests(workspace_id, spec, {n: "<hidden>" for n in token_env_names(spec)})[-1]
+        manifest = self._manifests(workspace_id, spec, {n: "<hidden>" for n in token_env_names(spec)},
+                                   deployed_settings(job))[-1]
         self._delete_object("Job", job_name(workspace_id))
         self._create(manifest)
         return cause
@@ -389,3 +392,15 @@ class KubernetesBackend(Backend):
             skipped += unpack_checkpoints(archive, dest)[1]
         return skipped
 
+
+def deployed_settings(job: dict[str, Any]) -> dict[str, str]:
+    """The plain settings a Job's trainers were given when it was deployed (WANDB_BASE_URL), read from
+    the Job itself: a recovered Job logs where the first one did, whatever the environment of the
+    process that recovers it says. A value that is not a plain address (edited in the cluster) is left out."""
+    try:
+        containers = [c for task in job["spec"]["tasks"] for c in task["template"]["spec"]["containers"]]
+        found = [e.get("value") for c in containers for e in c.get("env") or [] if e.get("name") == "WANDB_BASE_URL"]
+    except (KeyError, TypeError, AttributeError):  # not the shape geotrain rendered: nothing to keep
+        return {}
+    value = found[0] if found else None
+    return {"WANDB_BASE_URL": value} if isinstance(value, str) and plain_server(value) else {}

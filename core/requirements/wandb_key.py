@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import http.client
 import json
 import os
 import re
@@ -27,7 +28,8 @@ TIMEOUT_S = 5.0
 _JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")
 _SECRET = re.compile(r"[\w-]+")
 # scheme, host name or IPv4 address, optional port and path: no user:password@, query, spaces or quotes
-_SERVER = re.compile(r"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~/-]*)?")
+_SERVER = re.compile(r"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::(?P<port>[0-9]{1,5}))?"
+                     r"(?:/[A-Za-z0-9._~/-]*)?")
 MAX_SERVER = 512
 NEEDED = "a valid W&B API key"
 WHERE = "paste the key from wandb.ai/authorize, or none (runs stay offline)"
@@ -64,18 +66,28 @@ def base_url() -> str:
     return (os.environ.get("WANDB_BASE_URL") or default_base_url()).rstrip("/")
 
 
+SERVER_PROBLEM = ("WANDB_BASE_URL is not an http(s) address of the form https://host[:port][/path] (lower-case "
+                  "scheme, port 1-65535; no user:password@, query, spaces or quotes)")
+SERVER_TODO = "set it to your W&B server's address, or unset it for wandb's default server"
+
+
+def plain_server(url: str) -> bool:
+    """Whether `url` is a plain http(s)://host[:port][/path] (ASCII host name or IPv4 address)."""
+    match = _SERVER.fullmatch(url) if len(url) <= MAX_SERVER else None
+    return bool(match) and (match.group("port") is None or 1 <= int(match.group("port")) <= 65535)
+
+
 def server_env() -> dict[str, str]:
     """{"WANDB_BASE_URL": url} for the pods of a workspace that logs to W&B, so they log where the key
-    was checked; {} when this machine does not set it (the image's wandb default, as here). Refused
-    in one line when it is not a plain http(s) address: it goes into the Job's manifest as it is.
-    The value is not repeated in the message (a user:password@ in it would be a secret)."""
+    was checked; {} when this machine does not set it (the pods then take their image's wandb default,
+    which is this machine's only when the two wandb versions agree: wandb 0.31 moved it). Refused in one
+    line when it is not a plain http(s) address: it goes into the Job's manifest as it is. The value is
+    not repeated in the message (a user:password@ in it would be a secret)."""
     url = os.environ.get("WANDB_BASE_URL", "")
     if not url:
         return {}
-    if len(url) > MAX_SERVER or not _SERVER.fullmatch(url):
-        raise InvalidInput("WANDB_BASE_URL is not an http(s) address of the form https://host[:port][/path] "
-                           "(no user:password@, query, spaces or quotes)",
-                           "set it to your W&B server's address, or unset it for wandb's default server")
+    if not plain_server(url):
+        raise InvalidInput(SERVER_PROBLEM, SERVER_TODO)
     return {"WANDB_BASE_URL": url.rstrip("/")}
 
 
@@ -83,6 +95,9 @@ def check_wandb_key(key: str) -> Finding:
     problem = format_problem(key)
     if problem:
         return Finding(ALL_NODES, "W&B key", f"malformed ({problem})", NEEDED, WHERE)
+    chosen = os.environ.get("WANDB_BASE_URL")
+    if chosen and not plain_server(chosen):  # before the key goes anywhere; the value is never shown
+        return Finding(ALL_NODES, "W&B key", SERVER_PROBLEM, NEEDED, SERVER_TODO)
     server = base_url()
     request = urllib.request.Request(
         f"{server}/graphql", method="POST",
@@ -97,7 +112,7 @@ def check_wandb_key(key: str) -> Finding:
             return Finding(ALL_NODES, "W&B key", f"refused by {server} (HTTP {exc.code})", NEEDED, WHERE)
         return Finding(ALL_NODES, "W&B key", f"{server} answered HTTP {exc.code}; format is right",
                        NEEDED, "try again later", UNKNOWN)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         return Finding(ALL_NODES, "W&B key", f"could not ask {server} ({type(exc).__name__}); format is right",
                        NEEDED, "check the network if the runs should log online", UNKNOWN)
     viewer = (answer.get("data") or {}).get("viewer") if isinstance(answer, dict) else None

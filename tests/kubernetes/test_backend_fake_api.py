@@ -282,9 +282,36 @@ def test_pods_log_to_the_w_and_b_server_this_machine_names(fake, cluster, monkey
     assert not any(v["name"] == "WANDB_BASE_URL" for e in _trainer_env(fake, "gt-ws-h") for v in e)
 
 
+def test_a_recovered_job_logs_where_the_first_one_did(fake, cluster, monkeypatch):
+    """recover() runs in whichever process refreshes (the app, `workspaces list` in another shell): the
+    new Job keeps the deployed WANDB_BASE_URL, not that process's, and a bad one there does not stop it."""
+    from core.backends.base import WorkspaceState
+
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.corp.example")
+    backend = KubernetesBackend(cluster)
+    spec = make_spec(cluster="mycluster", workers=2, tokens={"wandb": WANDB_REF})
+    backend.deploy("ws-w", spec, {"WANDB_API_KEY": WANDB_REF})
+    fake.set_job_phase("gt-ws-w", "Failed")
+    monkeypatch.setenv("WANDB_BASE_URL", "https://api:sekrit@elsewhere.example")
+    assert backend.recover("ws-w", spec, WorkspaceState("RUNNING")) == "Volcano job failed after its own retries"
+    assert all({"name": "WANDB_BASE_URL", "value": "https://wandb.corp.example"} in e
+               for e in _trainer_env(fake, "gt-ws-w"))
+
+    job = fake.objects[("jobs", "default", "gt-ws-w")]  # edited in the cluster: left out, not copied
+    for task in job["spec"]["tasks"]:
+        for env in task["template"]["spec"]["containers"][0]["env"]:
+            if env["name"] == "WANDB_BASE_URL":
+                env["value"] = "https://x.example\n- name: LD_PRELOAD"
+    fake.set_job_phase("gt-ws-w", "Failed")
+    monkeypatch.delenv("WANDB_BASE_URL")
+    assert backend.recover("ws-w", spec, WorkspaceState("RUNNING"))
+    assert not any(v["name"] == "WANDB_BASE_URL" for e in _trainer_env(fake, "gt-ws-w") for v in e)
+
+
 @pytest.mark.parametrize("url", ["https://api:sekrit@wandb.example", "wandb.example", "ftp://wandb.example",
                                  "https://wandb.example/x?token=1", "https://wandb.example\n- name: X",
-                                 "https://" + "a" * 600 + ".example"])
+                                 "https://wandb.example:99999", "HTTPS://wandb.example",
+                                 "https://wandb.example/" + "a" * 600])
 def test_a_w_and_b_server_that_is_not_a_plain_address_submits_nothing(fake, cluster, monkeypatch, url):
     monkeypatch.setenv("WANDB_BASE_URL", url)
     with pytest.raises(InvalidInput, match="WANDB_BASE_URL is not an http.s. address") as info:

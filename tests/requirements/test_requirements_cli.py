@@ -149,6 +149,23 @@ def test_bad_wandb_key_is_a_table_and_nothing_is_submitted(wandb_api, capsys, ke
     nothing_submitted(capsys)
 
 
+@pytest.mark.parametrize("server", ["https://api:sekrit@wandb.example", "https://wandb.example\nsekrit",
+                                    "https://wandb.example:99999/sekrit"])
+def test_a_w_and_b_server_that_is_not_a_plain_address_is_a_table_row_and_the_key_stays_here(
+        wandb_api, capsys, monkeypatch, server):
+    """Before: urllib's InvalidURL escaped as a traceback that showed the password, or the key went to
+    whatever the value named; now the address is judged first and never repeated."""
+    monkeypatch.setenv("WANDB_BASE_URL", server)
+    code, out, err = run(capsys, *DEPLOY, "--wandb-token", GOOD_WANDB_KEY, "--steps", "5")
+    assert code == 1 and out == ""
+    rows = table_rows(err)
+    assert list(rows) == [("all nodes", "W&B key")], err
+    assert "WANDB_BASE_URL is not an http(s) address" in rows[("all nodes", "W&B key")]
+    assert "sekrit" not in err and GOOD_WANDB_KEY not in err and "Traceback" not in err
+    assert wandb_api.requests == []
+    nothing_submitted(capsys)
+
+
 def test_stale_facts_are_refreshed_over_ssh_and_an_unreachable_node_is_named(cluster, fake, capsys):
     from core.state.node_records import get_node, update_node
     from core.state.store import Store
