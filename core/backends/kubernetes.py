@@ -27,7 +27,7 @@ from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.recovery_manifests import claim_name
 from core.state.secret_store import SecretStore
-from core.requirements.wandb_key import plain_server, server_env
+from core.domain.wandb_server import plain_server, server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors

@@ -5,7 +5,7 @@ else the installed wandb's own default (https://api.forge.coreweave.com for wand
 ones, or none installed, https://api.wandb.ai), with the key as HTTP basic auth (user `api`),
 as wandb's public API sends it. That is where the runs log: the local cluster's workers inherit
 this machine's environment, and a Kubernetes cluster's pods are given WANDB_BASE_URL when it is set
-here (`server_env`, checked as an address first). A server that cannot be reached leaves the key
+here (core.domain.wandb_server, checked as an address first). A server that cannot be reached leaves the key
 unchecked, not refused."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 import urllib.error
 import urllib.request
 
-from core.errors import InvalidInput
+from core.domain.wandb_server import SERVER_PROBLEM, SERVER_TODO, plain_server
 from core.requirements.report import OK, UNKNOWN, Finding
 from core.requirements.hub_access import ALL_NODES
 
@@ -27,10 +27,6 @@ FALLBACK_BASE_URL = "https://api.wandb.ai"
 TIMEOUT_S = 5.0
 _JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")
 _SECRET = re.compile(r"[\w-]+")
-# scheme, host name or IPv4 address, optional port and path: no user:password@, query, spaces or quotes
-_SERVER = re.compile(r"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::(?P<port>[0-9]{1,5}))?"
-                     r"(?:/[A-Za-z0-9._~/-]*)?")
-MAX_SERVER = 512
 NEEDED = "a valid W&B API key"
 WHERE = "paste the key from wandb.ai/authorize, or none (runs stay offline)"
 
@@ -64,31 +60,6 @@ def default_base_url() -> str:
 
 def base_url() -> str:
     return (os.environ.get("WANDB_BASE_URL") or default_base_url()).rstrip("/")
-
-
-SERVER_PROBLEM = ("WANDB_BASE_URL is not an http(s) address of the form https://host[:port][/path] (lower-case "
-                  "scheme, port 1-65535; no user:password@, query, spaces or quotes)")
-SERVER_TODO = "set it to your W&B server's address, or unset it for wandb's default server"
-
-
-def plain_server(url: str) -> bool:
-    """Whether `url` is a plain http(s)://host[:port][/path] (ASCII host name or IPv4 address)."""
-    match = _SERVER.fullmatch(url) if len(url) <= MAX_SERVER else None
-    return bool(match) and (match.group("port") is None or 1 <= int(match.group("port")) <= 65535)
-
-
-def server_env() -> dict[str, str]:
-    """{"WANDB_BASE_URL": url} for the pods of a workspace that logs to W&B, so they log where the key
-    was checked; {} when this machine does not set it (the pods then take their image's wandb default,
-    which is this machine's only when the two wandb versions agree: wandb 0.31 moved it). Refused in one
-    line when it is not a plain http(s) address: it goes into the Job's manifest as it is. The value is
-    not repeated in the message (a user:password@ in it would be a secret)."""
-    url = os.environ.get("WANDB_BASE_URL", "")
-    if not url:
-        return {}
-    if not plain_server(url):
-        raise InvalidInput(SERVER_PROBLEM, SERVER_TODO)
-    return {"WANDB_BASE_URL": url.rstrip("/")}
 
 
 def check_wandb_key(key: str) -> Finding:
