@@ -108,32 +108,37 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
     return parse_config(data if data is not None else {}, overrides)
 
 
-PRESET_BETA1 = 0.9  # the inner Adam beta1 a preset's plain `outer_lr` was tuned at (every model config's default)
+PRESET_BETA1 = 0.9  # the inner Adam beta1 a preset's plain outer_lr and inner_steps were tuned at (every model config's default)
+
+
+def preset_by_beta1(preset: dict, key: str, beta1: float, default):
+    """The preset's `key` (outer_lr, inner_steps) for a run whose inner Adam beta1 is `beta1`: the plain
+    `key` was measured best at PRESET_BETA1 and `<key>_by_beta1` (beta1 -> value) at others; the nearest
+    beta1 wins, a tie the plain value, then the higher beta1. (On the text bench `low`'s best outer lr at
+    beta1 0.5, 0.7, is unstable at 0.9, and `medium` wants H=8 at 0.5 but 12 at 0.9.)"""
+    table = {PRESET_BETA1: preset.get(key, default)}
+    table.update({float(b): value for b, value in (preset.get(f"{key}_by_beta1") or {}).items()})
+    return table[min(table, key=lambda b: (round(abs(b - beta1), 9), b != PRESET_BETA1, -b))]
 
 
 def preset_outer_lr(preset: dict, beta1: float) -> float:
-    """The preset's outer lr for a run whose inner Adam beta1 is `beta1`: `outer_lr` was measured best
-    at PRESET_BETA1 and `outer_lr_by_beta1` (beta1 -> outer lr) at others; the nearest beta1 wins, a tie
-    the plain `outer_lr`, then the higher beta1. (On the text bench `low`'s best at beta1 0.5, 0.7, is
-    unstable at 0.9.)"""
-    table = {PRESET_BETA1: float(preset.get("outer_lr", Compression.outer_lr))}
-    table.update({float(b): float(lr) for b, lr in (preset.get("outer_lr_by_beta1") or {}).items()})
-    return table[min(table, key=lambda b: (round(abs(b - beta1), 9), b != PRESET_BETA1, -b))]
+    """The preset's outer lr at inner Adam beta1 `beta1` (preset_by_beta1)."""
+    return float(preset_by_beta1(preset, "outer_lr", beta1, Compression.outer_lr))
 
 
 def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compression:
     """The preset named by the config, with the config's explicit overrides applied."""
     preset = (presets or load_presets())[cfg.gradient_compression]
+    beta1 = cfg.optim.betas[0] if cfg.optim.name == "adamw" else PRESET_BETA1  # tuned with AdamW only
     return Compression(
         preset=cfg.gradient_compression,
         algorithm=cfg.algorithm or preset["algorithm"],
-        inner_steps=cfg.diloco.inner_steps or preset["inner_steps"],
+        inner_steps=cfg.diloco.inner_steps or int(preset_by_beta1(preset, "inner_steps", beta1, 1)),
         bits=cfg.diloco.bits or preset["bits"],
         block=cfg.diloco.block if cfg.diloco.block is not None else preset.get("block", 0),
         chunk=cfg.demo.chunk or preset.get("chunk", 64),
         topk=cfg.demo.topk or preset.get("topk", 4),
-        outer_lr=(cfg.diloco.outer_lr if cfg.diloco.outer_lr is not None
-                  else preset_outer_lr(preset, cfg.optim.betas[0] if cfg.optim.name == "adamw" else PRESET_BETA1)),
+        outer_lr=cfg.diloco.outer_lr if cfg.diloco.outer_lr is not None else preset_outer_lr(preset, beta1),
         outer_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
                         else preset.get("outer_momentum", 0.9)),
         overlap_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None

@@ -6,9 +6,13 @@ import pytest
 
 from recipes.catalog import catalog
 from recipes.config import (CONFIGS_DIR, PRESET_BETA1, ConfigError, load_config, load_presets, parse_config,
-                            preset_outer_lr, resolve_compression)
+                            preset_by_beta1, preset_outer_lr, resolve_compression)
 
 ALL = [(m, s) for m, sizes in catalog().items() for s in sizes]
+# what recipes.config.resolve_compression and the planner read from a preset (presets.yaml's header says each)
+KNOWN_PRESET_KEYS = {"algorithm", "inner_steps", "inner_steps_by_beta1", "bits", "block", "rotate", "density",
+                     "index_bits", "outer_lr", "outer_lr_by_beta1", "outer_momentum", "overlap_momentum",
+                     "fragments", "chunk", "topk", "description"}
 
 
 @pytest.mark.parametrize("model,size", ALL)
@@ -37,8 +41,29 @@ def test_presets_table_has_what_core_and_planner_read():
         by_beta1 = p.get("outer_lr_by_beta1", {})
         assert all(isinstance(b, float) and 0 <= b < 1 and b != PRESET_BETA1 and lr > 0  # 0.9 is outer_lr's
                    for b, lr in by_beta1.items()), name
-    h = [p["inner_steps"] for p in presets.values()]
-    assert h == sorted(h), "higher presets synchronise less often"
+        h_by_beta1 = p.get("inner_steps_by_beta1", {})
+        assert all(isinstance(b, float) and 0 <= b < 1 and b != PRESET_BETA1 and isinstance(h, int) and h >= 1
+                   for b, h in h_by_beta1.items()), name
+        assert set(p) <= KNOWN_PRESET_KEYS, (name, set(p) - KNOWN_PRESET_KEYS)  # a misspelt key would be ignored
+    for beta1 in (PRESET_BETA1, 0.5):
+        h = [preset_by_beta1(p, "inner_steps", beta1, 1) for p in presets.values()]
+        assert h == sorted(h), f"higher presets synchronise less often (beta1 {beta1})"
+
+
+def test_medium_takes_the_h_measured_best_at_the_runs_beta1():
+    """presets.yaml: medium is H=12 at Adam beta1 0.9 (the configs') and H=8 at 0.5 (the text bench's)."""
+    base = {"model": "gpt-neo", "size": "tiny", "gradient_compression": "medium"}
+
+    def resolved(*sets):
+        comp = resolve_compression(parse_config(base, list(sets)))
+        return comp.inner_steps, comp.outer_lr
+
+    assert resolved() == (12, 0.7)
+    assert resolved("optim.betas=[0.5,0.95]") == (8, 0.9)
+    assert resolved("optim.betas=[0.7,0.95]") == (12, 0.7)  # a tie: the plain values
+    assert resolved("optim.betas=[0.5,0.95]", "diloco.inner_steps=20") == (20, 0.9)  # the config's own wins
+    assert resolved("optim.betas=[0.5,0.95]", "optim.name=muon") == (12, 0.7)  # tuned with AdamW only
+    assert preset_by_beta1({"inner_steps": 40}, "inner_steps", 0.5, 1) == 40  # no table: one H for every beta1
 
 
 def test_overrides_apply_and_resolve_the_preset():

@@ -193,14 +193,14 @@ def test_cli_table_json_and_bad_input(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["network"]["mbit_s"] == 8 and [p["preset"] for p in data["presets"]][0] == "none"
     assert data["recommended"] == "low" and data["inner_steps"] == 8
-    matrix.write_text("links:\n  - {src: a, dst: b, latency_ms: 0, mbit_s: 0.3}\n")  # high (H=40) has room
+    matrix.write_text("links:\n  - {src: a, dst: b, latency_ms: 0, mbit_s: 0.4}\n")  # medium (H=12) has room
     assert main(["clusters", "plan", "--matrix", str(matrix), "--model", "gpt-neo", "--params", "250000",
                  "--step-time", "0.1"]) == 0
     out = capsys.readouterr().out
-    assert "recommended: preset high at H=13 (diloco.inner_steps: 13) with overlap" in out
-    assert "H=13: the fewest inner steps (at least 8) that keep the target on this link" in out
+    assert "recommended: preset medium at H=10 (diloco.inner_steps: 10) with overlap" in out
+    assert "H=10: the fewest inner steps (at least 8) that keep the target on this link" in out
     assert "  overlap is not free: each exchange lands one outer step late" in out
-    assert "without it: GPU utilization ~57% at H=13, ~80% at H=40 (the preset's own H)" in out
+    assert "without it: GPU utilization ~57% at H=10, ~62% at H=12 (the preset's own H)" in out
     for argv, message in [(["clusters", "plan", "mars", "--model", "gpt-neo"], "no cluster named 'mars'"),
                           (["clusters", "plan", "--model", "bert"], "unknown model 'bert'"),
                           (["clusters", "plan", "--model", "gpt-neo", "--size", "9b"], "unknown size"),
