@@ -128,7 +128,7 @@ class Trainer:
             raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} {found}, {START_OVER}")
         betas = (state["config"].get("optim") or {}).get("betas")
         if betas is not None and list(betas) != list(self.cfg.optim.betas):
-            # the optimizer's saved state would keep its betas, and the preset's outer lr follows beta1
+            # the optimizer's saved state would keep its betas, and the preset's outer lr (and H) follows beta1
             said = "[" + ",".join(f"{b:g}" for b in betas) + "]"
             raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} was trained with "
                               f"optim.betas={said}: set optim.betas={said} to resume it, {START_OVER}")

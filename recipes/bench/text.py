@@ -34,7 +34,7 @@ from pathlib import Path
 HELDOUT_FRACTION = 0.10
 PASSAGE_BYTES = 1024
 # Adam beta1 0.5 for every method: DDP ends 1.7-4.1% lower than at the configs' 0.9 (README "Adam beta1 0.5 on
-# the text bench"); the presets' outer lr follows it (presets.yaml outer_lr_by_beta1).
+# the text bench"); the presets' outer lr, and medium's H, follow it (presets.yaml *_by_beta1).
 TEXT_SHARED = ["data.source=c4", "data.tokenizer=bytes", "data.batch_size=8", "data.seq_len=64",
                "optim.lr=0.003", "optim.betas=[0.5,0.95]", "optim.warmup_steps=50", "logging.wandb=false",
                "checkpoint.every=0", "checkpoint.resume=false", "logging.log_every=100"]

@@ -61,7 +61,7 @@ class OptimConfig(Section):
     """Decoupled weight decay (both optimizers)."""
     betas: list[Annotated[Float, Field(ge=0, lt=1)]] = Field(default_factory=lambda: [0.9, 0.95], min_length=2,
                                                             max_length=2)
-    """AdamW (beta1, beta2), each in [0, 1); a preset's outer lr follows beta1 (presets.yaml)."""
+    """AdamW (beta1, beta2), each in [0, 1); a preset's outer lr, and medium's H, follow beta1 (presets.yaml)."""
     muon_momentum: Float = Field(0.95, ge=0, lt=1)
     """Muon's Nesterov momentum (with name: muon)."""
     warmup_steps: Int = 20
@@ -80,7 +80,7 @@ class DilocoConfig(Section):
     """DiLoCo outer loop: what the preset does not fix."""
 
     inner_steps: Optional[Int] = Field(None, ge=1)
-    """H, inner steps per outer step; null takes the preset's value."""
+    """H, inner steps per outer step; null: the preset's for the run's Adam beta1 (medium: 12 at 0.9, 8 at 0.5)."""
     outer_lr: Optional[Float] = None
     """Outer Nesterov SGD learning rate on the averaged pseudo-gradient; null: the preset's for the run's Adam beta1
     (presets.yaml: 0.5 to 0.9 at beta1 0.9, 0.7 to 1.2 at 0.5; the nearest beta1 tuned wins)."""

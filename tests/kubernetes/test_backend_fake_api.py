@@ -303,9 +303,19 @@ def test_a_recovered_job_logs_where_the_first_one_did(fake, cluster, monkeypatch
             if env["name"] == "WANDB_BASE_URL":
                 env["value"] = "https://x.example\n- name: LD_PRELOAD"
     fake.set_job_phase("gt-ws-w", "Failed")
-    monkeypatch.delenv("WANDB_BASE_URL")
+    monkeypatch.setenv("WANDB_BASE_URL", "https://elsewhere.example")  # a plain one here is not taken either
     assert backend.recover("ws-w", spec, WorkspaceState("RUNNING"))
     assert not any(v["name"] == "WANDB_BASE_URL" for e in _trainer_env(fake, "gt-ws-w") for v in e)
+
+
+@pytest.mark.parametrize("job", [{}, {"spec": None}, {"spec": {"tasks": "x"}}, {"spec": {"tasks": [None]}},
+                                 {"spec": {"tasks": [{"template": {"spec": {"containers": [{"env": [None]}]}}}]}},
+                                 {"spec": {"tasks": [{"template": {"spec": {"containers": [
+                                     {"env": [{"name": "WANDB_BASE_URL", "value": ["https://a.example"]}]}]}}}]}}])
+def test_a_job_not_of_geotrains_shape_gives_no_settings(job):
+    from core.backends.kubernetes import deployed_settings
+
+    assert deployed_settings(job) == {}
 
 
 @pytest.mark.parametrize("url", ["https://api:sekrit@wandb.example", "wandb.example", "ftp://wandb.example",
