@@ -21,13 +21,13 @@ from core.kubernetes.recipes_delivery import source_selector
 from core.kubernetes.client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
                               SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
-from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, manifests_yaml,
-                            render_manifests, secret_name, token_env_names)
+from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, deployed_settings,
+                            manifests_yaml, render_manifests, secret_name, token_env_names)
 from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.recovery_manifests import claim_name
 from core.state.secret_store import SecretStore
-from core.domain.wandb_server import plain_server, server_env
+from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
@@ -391,16 +391,3 @@ class KubernetesBackend(Backend):
                                    f"{str(exc)[:200]}", "export again, or set recovery.hf_repo") from None
             skipped += unpack_checkpoints(archive, dest)[1]
         return skipped
-
-
-def deployed_settings(job: dict[str, Any]) -> dict[str, str]:
-    """The plain settings a Job's trainers were given when it was deployed (WANDB_BASE_URL), read from
-    the Job itself: a recovered Job logs where the first one did, whatever the environment of the
-    process that recovers it says. A value that is not a plain address (edited in the cluster) is left out."""
-    try:
-        containers = [c for task in job["spec"]["tasks"] for c in task["template"]["spec"]["containers"]]
-        found = [e.get("value") for c in containers for e in c.get("env") or [] if e.get("name") == "WANDB_BASE_URL"]
-    except (KeyError, TypeError, AttributeError):  # not the shape geotrain rendered: nothing to keep
-        return {}
-    value = found[0] if found else None
-    return {"WANDB_BASE_URL": value} if isinstance(value, str) and plain_server(value) else {}

@@ -15,6 +15,7 @@ from core.errors import InvalidInput
 _SERVER = re.compile(r"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::(?P<port>[0-9]{1,5}))?"
                      r"(?:/[A-Za-z0-9._~/-]*)?")
 MAX_SERVER = 512
+SERVER_ENV = "WANDB_BASE_URL"  # wandb's own name for it, here and in the pods
 SERVER_PROBLEM = ("WANDB_BASE_URL is not an http(s) address of the form https://host[:port][/path] (lower-case "
                   "scheme, port 1-65535; no user:password@, query, spaces or quotes)")
 SERVER_TODO = "set it to your W&B server's address, or unset it for wandb's default server"
@@ -32,9 +33,9 @@ def server_env() -> dict[str, str]:
     which is this machine's only when the two wandb versions agree: wandb 0.31 moved it). Refused in one
     line when it is not a plain http(s) address: it goes into the Job's manifest as it is. The value is
     not repeated in the message (a user:password@ in it would be a secret)."""
-    url = os.environ.get("WANDB_BASE_URL", "")
+    url = os.environ.get(SERVER_ENV, "")
     if not url:
         return {}
     if not plain_server(url):
         raise InvalidInput(SERVER_PROBLEM, SERVER_TODO)
-    return {"WANDB_BASE_URL": url.rstrip("/")}
+    return {SERVER_ENV: url.rstrip("/")}

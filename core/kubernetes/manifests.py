@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from core.domain.wandb_server import SERVER_ENV, plain_server
 from core.kubernetes.names import job_name, label_value, validate_image
 from core.domain.records import Cluster, WorkspaceSpec
 from core.state.secret_store import TOKEN_ENV
@@ -162,6 +163,19 @@ def _env(workspace_id: str, job: str, backend: str, group: NodeGroup,
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": f"{job}-tokens", "key": key}}}
             for key in sorted(secret_keys)]
     return env
+
+
+def deployed_settings(job: dict[str, Any]) -> dict[str, str]:
+    """The `settings` a rendered Job's trainers were given (_env), read back from the Job: a Job
+    resubmitted by recovery logs where the first one did, whatever the environment of the process that
+    recovers it says. A value that is not a plain address (edited in the cluster) is left out."""
+    try:
+        containers = [c for task in job["spec"]["tasks"] for c in task["template"]["spec"]["containers"]]
+        found = [e.get("value") for c in containers for e in c.get("env") or [] if e.get("name") == SERVER_ENV]
+    except (KeyError, TypeError, AttributeError):  # not the shape geotrain rendered: nothing to keep
+        return {}
+    value = found[0] if found else None
+    return {SERVER_ENV: value} if isinstance(value, str) and plain_server(value) else {}
 
 
 def _rdzv_env(is_host: bool) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import re
 import urllib.error
 import urllib.request
 
-from core.domain.wandb_server import SERVER_PROBLEM, SERVER_TODO, plain_server
+from core.domain.wandb_server import SERVER_ENV, SERVER_PROBLEM, SERVER_TODO, plain_server
 from core.requirements.report import OK, UNKNOWN, Finding
 from core.requirements.hub_access import ALL_NODES
 
@@ -66,7 +66,7 @@ def check_wandb_key(key: str) -> Finding:
     problem = format_problem(key)
     if problem:
         return Finding(ALL_NODES, "W&B key", f"malformed ({problem})", NEEDED, WHERE)
-    chosen = os.environ.get("WANDB_BASE_URL")
+    chosen = os.environ.get(SERVER_ENV)
     if chosen and not plain_server(chosen):  # before the key goes anywhere; the value is never shown
         return Finding(ALL_NODES, "W&B key", SERVER_PROBLEM, NEEDED, SERVER_TODO)
     server = base_url()

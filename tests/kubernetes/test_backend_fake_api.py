@@ -313,7 +313,7 @@ def test_a_recovered_job_logs_where_the_first_one_did(fake, cluster, monkeypatch
                                  {"spec": {"tasks": [{"template": {"spec": {"containers": [
                                      {"env": [{"name": "WANDB_BASE_URL", "value": ["https://a.example"]}]}]}}}]}}])
 def test_a_job_not_of_geotrains_shape_gives_no_settings(job):
-    from core.backends.kubernetes import deployed_settings
+    from core.kubernetes.manifests import deployed_settings
 
     assert deployed_settings(job) == {}
 
