@@ -41,6 +41,7 @@ class Compression:
     outer_momentum: float = 0.9
     overlap_momentum: float = 0.9  # the outer momentum with diloco.overlap (eager updates)
     fragments: int = 1
+    error_feedback: bool = True
     rotate: bool = False
     density: float = 1.0
 
@@ -144,6 +145,8 @@ def resolve_compression(cfg: TrainConfig, presets: dict | None = None) -> Compre
         overlap_momentum=(cfg.diloco.outer_momentum if cfg.diloco.outer_momentum is not None
                           else preset.get("overlap_momentum", preset.get("outer_momentum", 0.9))),
         fragments=cfg.diloco.fragments or preset.get("fragments", 1),
+        error_feedback=(cfg.diloco.error_feedback if cfg.diloco.error_feedback is not None
+                        else bool(preset.get("error_feedback", True))),
         rotate=cfg.diloco.rotate if cfg.diloco.rotate is not None else bool(preset.get("rotate", False)),
         density=cfg.diloco.density if cfg.diloco.density is not None else float(preset.get("density", 1.0)),
     )

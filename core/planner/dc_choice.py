@@ -104,9 +104,11 @@ class DatacenterPlan:
             why = f"behind a {rates[0]:g} Mbit/s link"
         else:
             why = f"behind {_names([f'{r:g}' for r in rates])} Mbit/s links"
+        sooner, later = duration(best.seconds), duration(every.seconds)
+        if sooner == later:  # more than TIE apart, yet the same when rounded: say by how much
+            later += f" ({(every.seconds / best.seconds - 1) * 100:.0f}% longer)"
         return (f"use {_names(list(best.datacenters))} ({best.gpus} GPUs), {how}: dropping "
-                f"{_names(dropped)} ({why}) finishes sooner: {duration(best.seconds)} vs "
-                f"{duration(every.seconds)} with all {len(self.sites)}")
+                f"{_names(dropped)} ({why}) finishes sooner: {sooner} vs {later} with all {len(self.sites)}")
 
     def as_dict(self) -> dict[str, Any]:
         return {"steps": self.steps, "sites": [asdict(s) for s in self.sites],

@@ -27,8 +27,8 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if lan is not None:
         return _hierarchical(model, comp, cfg, wire, lan, numel)
-    if comp.algorithm == "diloco" and comp.fragments > 1:
-        return _streaming(model, comp, cfg, wire)
+    if comp.algorithm == "diloco" and comp.fragments > 1 and not (cfg.diloco.overlap and cfg.diloco.fragments is None):
+        return _streaming(model, comp, cfg, wire)  # a preset's fragments give way to overlap; explicit ones refuse it
     if comp.algorithm == "demo":
         exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=comp.bits if comp.bits in (4, 1) else 8,
                                 value_block=comp.block or 128, transform=cfg.demo.transform)
@@ -48,7 +48,7 @@ def _diloco_exchange(numel: int, comp: Compression, cfg: TrainConfig, wire: Wire
     """fp32/bf16 all-reduced (summable on the wire), or the preset's quantised codec all-gathered."""
     if comp.bits in (32, 16):
         return FullPrecisionExchange(numel, comp.bits, wire)
-    return QuantizedExchange(numel, comp.bits, comp.block, wire, cfg.diloco.error_feedback,
+    return QuantizedExchange(numel, comp.bits, comp.block, wire, comp.error_feedback,
                              density=comp.density, seed=cfg.seed, rotate=comp.rotate)
 
 
@@ -60,13 +60,13 @@ def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire
 
     return StreamingDiLoCo(model, lambda numel: _diloco_exchange(numel, comp, cfg, wire), fragments=comp.fragments, inner_steps=comp.inner_steps,
                            outer_lr=comp.outer_lr, outer_momentum=comp.outer_momentum,
-                           flush_bits=cfg.diloco.flush_bits)
+                           flush_bits=cfg.diloco.flush_bits, final_step=cfg.steps)
 
 
 def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wire, numel: int):
     if comp.algorithm == "demo":
         raise TopologyError("DeMo has no exchange between datacenters: use a diloco preset, or datacenters: 1")
-    if comp.fragments > 1:
+    if comp.fragments > 1 and cfg.diloco.fragments is not None:  # a preset's fragments: one exchange here
         raise TopologyError("diloco.fragments is not available across datacenters yet: set diloco.fragments=1, "
                             "or datacenters: 1")
     if comp.density < 1.0:
@@ -75,7 +75,7 @@ def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wi
     twin = lan.twins[0] if cfg.diloco.overlap and lan.twins else None  # made by groups(overlap=True)
     if cfg.diloco.overlap and twin is None:
         raise TopologyError("diloco.overlap across datacenters needs the LAN groups made with overlap=True")
-    exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, cfg.diloco.error_feedback,
+    exchange = HierarchicalExchange(numel, comp.bits, comp.block or 128, lan, wan, comp.error_feedback,
                                     lan_exchange=twin, rotate=comp.rotate)
     return HierarchicalDiLoCo(model, exchange, inner_steps=comp.inner_steps, outer_lr=comp.outer_lr,
                               outer_momentum=comp.outer_momentum, overlap=cfg.diloco.overlap,

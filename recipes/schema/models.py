@@ -90,8 +90,9 @@ class DilocoConfig(Section):
     """Wire bits per value (32/16/8/4/1); null takes the preset's value."""
     block: Optional[Int] = None
     """Values per quantisation scale; null takes the preset's value."""
-    error_feedback: Bool = True
-    """Add what quantisation dropped this outer step to the next one."""
+    error_feedback: Optional[Bool] = None
+    """Add what quantisation dropped this outer step to the next one; null takes the preset's (on; off for ultra,
+    whose long phases it hurt)."""
     flush_bits: Int = 0
     """At the end of training, send the error-feedback residual once at these bits (0 = drop it)."""
     overlap: Bool = False
@@ -104,7 +105,8 @@ class DilocoConfig(Section):
     """Rotate each block (random signs, then Walsh-Hadamard; the same on every rank) before an 8/4/1-bit
     codec quantises it, so outliers spread over the block; needs a power-of-two block; null takes the preset's."""
     fragments: Optional[Int] = Field(None, ge=1)
-    """Streaming DiLoCo: sync the model in this many staggered fragments; null takes the preset's (1)."""
+    """Streaming DiLoCo: sync the model in this many staggered fragments; null takes the preset's (1; ultra 2,
+    which gives way to overlap and to more than one datacenter, where it syncs whole)."""
 
 
 class DemoConfig(Section):

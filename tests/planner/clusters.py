@@ -13,13 +13,14 @@ RATES = {("fra-a", "fra-b"): 25000, ("fra-a", "ams-a"): 1000, ("fra-b", "ams-a")
          ("fra-a", "lon-a"): 10, ("fra-b", "lon-a"): 10, ("ams-a", "lon-a"): 10}
 
 
-def seed_three_datacenters(store: Store, name: str = "eu") -> None:
+def seed_three_datacenters(store: Store, name: str = "eu", lon_mbit: float = 10) -> None:
     add_nodes(store, [Node(name=n, host=f"198.51.100.{i + 1}", username="root", datacenter=dc, cluster=name,
                            facts={"gpus": [{"vendor": "nvidia", "name": "H100"}] * gpus})
                       for i, (n, dc, gpus) in enumerate(NODES)])
     save_cluster(store, Cluster(name=name, kind="geotrain"), create=True)
     with store.write() as conn:
         for (src, dst), mbit in RATES.items():
+            mbit = lon_mbit if "lon-a" in (src, dst) else mbit
             for a, b in ((src, dst), (dst, src)):
                 conn.execute("INSERT INTO net_matrix(cluster, src, dst, latency_ms, mbit_s, measured_at)"
                              " VALUES (?, ?, ?, 15.0, ?, 0)", (name, a, b, mbit))

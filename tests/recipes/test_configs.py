@@ -12,7 +12,7 @@ ALL = [(m, s) for m, sizes in catalog().items() for s in sizes]
 # what recipes.config.resolve_compression and the planner read from a preset (presets.yaml's header says each)
 KNOWN_PRESET_KEYS = {"algorithm", "inner_steps", "inner_steps_by_beta1", "bits", "block", "rotate", "density",
                      "index_bits", "outer_lr", "outer_lr_by_beta1", "outer_momentum", "overlap_momentum",
-                     "fragments", "chunk", "topk", "description"}
+                     "fragments", "error_feedback", "chunk", "topk", "description"}
 
 
 @pytest.mark.parametrize("model,size", ALL)
@@ -179,6 +179,31 @@ def test_an_overlapped_run_takes_the_presets_overlap_momentum_unless_one_is_set(
     assert build_algorithm(model, resolve_compression(plain), plain, Wire(1)).outer_momentum == 0.6
     mine = parse_config(base, ["diloco.overlap=true", "diloco.outer_momentum=0.7"])
     assert build_algorithm(model, resolve_compression(mine), mine, Wire(1)).outer_momentum == 0.7
+
+
+def test_ultras_fragments_and_error_feedback_come_from_the_preset_and_its_fragments_give_way_to_overlap():
+    from recipes.algorithms import build_algorithm
+    from recipes.algorithms.diloco import DiLoCo
+    from recipes.algorithms.streaming import StreamingDiLoCo
+    from recipes.distributed import Wire
+    from recipes.models import build_model
+
+    base = {"model": "gpt-neo", "size": "tiny", "steps": 20, "out_dir": "unused", "gradient_compression": "ultra"}
+    comp = resolve_compression(parse_config(base))
+    assert (comp.fragments, comp.error_feedback, comp.inner_steps) == (2, False, 205)
+    assert resolve_compression(parse_config({**base, "gradient_compression": "high"})).error_feedback is True
+    assert resolve_compression(parse_config(base, ["diloco.error_feedback=true"])).error_feedback is True
+    model, _ = build_model("gpt-neo", "tiny")
+    plain = parse_config(base)
+    algo = build_algorithm(model, resolve_compression(plain), plain, Wire(1))
+    assert isinstance(algo, StreamingDiLoCo) and len(algo.bounds) == 2 and algo.final_step == 20
+    assert not any(e.feedback.enabled for e in algo.exchanges)
+    overlapped = parse_config(base, ["diloco.overlap=true"])  # the preset's fragments give way: one exchange
+    algo = build_algorithm(model, resolve_compression(overlapped), overlapped, Wire(1))
+    assert type(algo) is DiLoCo and algo.overlap and not algo.exchange.feedback.enabled
+    mine = parse_config(base, ["diloco.overlap=true", "diloco.fragments=2"])  # asked for both: refused
+    with pytest.raises(ValueError, match="diloco.overlap is not available with diloco.fragments > 1"):
+        build_algorithm(model, resolve_compression(mine), mine, Wire(1))
 
 
 def test_rotation_and_subsets_come_from_the_preset_unless_overridden():

@@ -134,6 +134,23 @@ def test_fragments_and_subsets_are_refused_across_datacenters(override, refused)
         _hierarchical(None, resolve_compression(cfg), cfg, None, None, 10)
 
 
+def test_ultras_fragments_give_way_across_datacenters_and_its_error_feedback_stays_off():
+    """ultra's preset fragments and no error feedback: across datacenters the model syncs whole (an
+    explicit diloco.fragments is refused, above), with the preset's error feedback setting."""
+    from recipes.algorithms import _hierarchical
+    from recipes.algorithms.hierarchical import GroupWire, HierarchicalDiLoCo
+    from recipes.config import parse_config, resolve_compression
+    from recipes.models import build_model
+
+    model, _ = build_model("gpt-neo", "tiny")
+    numel = sum(p.numel() for p in model.parameters())
+    for preset, feedback in (("ultra", False), ("high", True)):
+        cfg = parse_config({"model": "gpt-neo", "size": "tiny", "gradient_compression": preset})
+        algo = _hierarchical(model, resolve_compression(cfg), cfg, GroupWire(1, None, 0), GroupWire(1, None, 0), numel)
+        assert isinstance(algo, HierarchicalDiLoCo) and algo.inner_steps == (205 if preset == "ultra" else 40)
+        assert algo.exchange.reduce.feedback.enabled is feedback, preset
+
+
 def test_an_exchange_in_flight_checkpoints_the_state_it_started_from():
     """One member per group (no process group needed): the background exchange gives what the
     synchronous one gives, and a checkpoint taken while it is in flight holds the error feedback

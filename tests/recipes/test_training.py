@@ -14,8 +14,10 @@ import psutil
 import pytest
 
 from recipes.algorithms.exchange import QuantizedExchange
+from recipes.algorithms.streaming import fragment_bounds
 from recipes.compression import BlockCodec
 from recipes.distributed import Wire
+from recipes.models import build_model
 from tests.recipes.conftest import REPO, read_metrics, recipe_env, run_torchrun, torchrun_cmd
 
 SHORT = ["steps=120", "logging.log_every=20", "checkpoint.every=0", "logging.wandb=false",
@@ -28,7 +30,7 @@ PARAMS = 132_480  # tiny gpt-neo
     ("none", []),
     ("low", ["diloco.inner_steps=20"]),
     ("high", ["diloco.inner_steps=20"]),
-    ("ultra", ["diloco.inner_steps=20", "diloco.block=128", "diloco.rotate=false"]),  # plain 1-bit, a scale per 128
+    ("ultra", ["diloco.inner_steps=20", "diloco.block=128", "diloco.rotate=false"]),  # 2 fragments, plain 1-bit per 128
     ("high", ["diloco.inner_steps=20", "diloco.bits=4"]),  # rotated fp4 with high's scale per 1024 values
     ("high", ["diloco.inner_steps=20", "diloco.density=0.5"]),  # half the values each sync, the same on both ranks
     ("ultra", ["diloco.inner_steps=20", "algorithm=demo", "diloco.bits=8", "diloco.block=128"]),
@@ -52,8 +54,11 @@ def test_each_algorithm_learns_on_two_workers(preset, extra, tmp_path, tiny_gpt)
         assert sent == 6 * 2 * PARAMS
     elif "diloco.bits=4" in extra:  # packed fp4 + one fp32 scale per 1024 values (high's block), all-gathered:
         assert sent == 6 * (math.ceil(PARAMS / 2) + 4 * math.ceil(PARAMS / 1024))  # (N-1) * payload
-    elif preset == "ultra" and "algorithm=demo" not in extra:  # sign bits + one fp32 scale per 128 values
-        assert sent == 6 * (math.ceil(PARAMS / 8) + 4 * math.ceil(PARAMS / 128))
+    elif preset == "ultra" and "algorithm=demo" not in extra:  # sign bits + one fp32 scale per 128 values, per
+        model = build_model("gpt-neo", "tiny")[0]  # fragment: [0] syncs at 20, 40 ... 120 (the last step), [1] at
+        (lo0, hi0), (lo1, hi1) = fragment_bounds([p.numel() for p in model.parameters()], 2)  # 10 ... 110 and 120
+        assert hi0 == lo1 and hi1 == PARAMS
+        assert sent == 6 * BlockCodec(1, 128).payload_bytes(hi0 - lo0) + 7 * BlockCodec(1, 128).payload_bytes(hi1 - lo1)
     elif "diloco.density=0.5" in extra:  # each sync: 65 of the 130 blocks' sign bits + scales, no indices
         subsets = QuantizedExchange(PARAMS, 1, 1024, Wire(1), density=0.5, seed=0)  # the config's seed
         sizes = [subsets.positions(s).numel() for s in range(6)]

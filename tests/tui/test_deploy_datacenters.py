@@ -14,7 +14,7 @@ from tui.screens.workspace_deploy import DeployScreen
 
 def test_the_form_shows_the_datacenter_choice_and_why(geotrain_home):
     store = Store()
-    seed_three_datacenters(store)
+    seed_three_datacenters(store, lon_mbit=4)  # at 10 Mbit/s ultra's H=205 hides even 1.3b's exchange
     app = make_app(WorkspaceService(store), poll_seconds=0)
 
     async def run():
@@ -29,5 +29,5 @@ def test_the_form_shows_the_datacenter_choice_and_why(geotrain_home):
             await until(pilot, lambda: "Datacenters: use ams" in str(advice.render()), 30)
             text = str(advice.render())
             assert "Datacenters: use ams and fra (24 GPUs), preset " in text
-            assert "dropping lon (behind a 10 Mbit/s link) finishes sooner" in text
+            assert "dropping lon (behind a 4 Mbit/s link) finishes sooner" in text
     asyncio.run(run())
