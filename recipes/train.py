@@ -24,6 +24,8 @@ import torch
 from recipes import checkpoint, elastic, topology
 from recipes.algorithms import hierarchical
 from recipes.algorithms import build_algorithm
+from recipes.algorithms.diloco import DiLoCo
+from recipes.algorithms.streaming import StreamingDiLoCo
 from recipes.checkpoint_store import CheckpointStore, HubMirror
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
 from recipes.schema import OptimConfig, TrainConfig
@@ -86,7 +88,7 @@ class Trainer:
         self.membership = elastic.from_env(rt.rank, rt.world_size, self.comp.algorithm)
         self.wire = self.membership.wire if self.membership else Wire(rt.world_size)
         self.lan = self._datacenters()  # hierarchical DiLoCo: self.wire then counts the WAN only
-        self.algo = build_algorithm(self.model, self.comp, cfg, self.wire, self.lan)
+        self.algo = build_algorithm(self.model, self.comp, cfg, self.wire, self.lan, elastic=self.membership is not None)
         self.step = 0
         self.items = 0
         self.finished = False  # the end-of-training sync ran (a restart after the end must not repeat it)
@@ -114,6 +116,19 @@ class Trainer:
             out["lan_bytes"] = self.lan.bytes_sent
         return out
 
+    def _check_fragments(self, state: dict) -> None:
+        """Streaming DiLoCo's state (per fragment) and DiLoCo's (the model whole) do not load into each other."""
+        saved = state.get("algorithm") or {}
+        if not isinstance(self.algo, DiLoCo) or "global" not in saved:
+            return
+        fragments = len(saved["last_sync"]) if "last_sync" in saved else 1
+        now = len(self.algo.bounds) if isinstance(self.algo, StreamingDiLoCo) else 1
+        if fragments != now:
+            how = f"in {fragments} fragments (set diloco.fragments={fragments} and diloco.overlap=false" \
+                if fragments > 1 else "with the model synced whole (set diloco.fragments=1"
+            raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} was trained {how} to "
+                              f"resume it), {START_OVER}")
+
     def state(self) -> dict:
         return {"step": self.step, "items": self.items, **self.wire_bytes(),
                 "finished": self.finished, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -132,6 +147,7 @@ class Trainer:
             said = "[" + ",".join(f"{b:g}" for b in betas) + "]"
             raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} was trained with "
                               f"optim.betas={said}: set optim.betas={said} to resume it, {START_OVER}")
+        self._check_fragments(state)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -106,7 +106,7 @@ class DatacenterPlan:
             why = f"behind {_names([f'{r:g}' for r in rates])} Mbit/s links"
         sooner, later = duration(best.seconds), duration(every.seconds)
         if sooner == later:  # more than TIE apart, yet the same when rounded: say by how much
-            later += f" ({(every.seconds / best.seconds - 1) * 100:.0f}% longer)"
+            later += f" ({(every.seconds / best.seconds - 1) * 100:.1f}% longer)"
         return (f"use {_names(list(best.datacenters))} ({best.gpus} GPUs), {how}: dropping "
                 f"{_names(dropped)} ({why}) finishes sooner: {sooner} vs {later} with all {len(self.sites)}")
 

@@ -16,19 +16,29 @@ from recipes.topology import TopologyError
 from recipes.distributed import Wire
 
 
-def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire, lan: Wire | None = None):
+def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire, lan: Wire | None = None,
+                    elastic: bool = False):
     """The algorithm a resolved preset asks for, wired to `wire` for byte counting; with `lan`
-    (a datacenter's group), hierarchical DiLoCo with `wire` the WAN group (recipes.algorithms.hierarchical)."""
+    (a datacenter's group), hierarchical DiLoCo with `wire` the WAN group (recipes.algorithms.hierarchical).
+    A preset's fragments give way (the model syncs whole) with diloco.overlap, across datacenters and in
+    elastic mode (its quorum routes one outer step, not a fragment's); explicit ones are refused there."""
     if comp.density < 1.0 and (comp.algorithm != "diloco" or comp.bits in (32, 16)):
         raise ValueError(f"diloco.density {comp.density:g} needs a DiLoCo exchange of 8, 4 or 1 bits (the preset "
                          f"sends {comp.bits}-bit {comp.algorithm}); set diloco.bits or diloco.density=1")
+    if comp.density < 1.0 and not comp.error_feedback:
+        raise ValueError(f"diloco.density {comp.density:g} needs error feedback (what a sync does not send waits "
+                         f"there), and the {comp.preset} preset has it off: set diloco.error_feedback=true")
+    if elastic and comp.fragments > 1 and cfg.diloco.fragments is not None:
+        raise ValueError("diloco.fragments is not available in elastic mode (its quorum routes whole outer steps): "
+                         "set diloco.fragments=1")
     if comp.algorithm == "ddp":
         return DDP(model, wire)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if lan is not None:
         return _hierarchical(model, comp, cfg, wire, lan, numel)
-    if comp.algorithm == "diloco" and comp.fragments > 1 and not (cfg.diloco.overlap and cfg.diloco.fragments is None):
-        return _streaming(model, comp, cfg, wire)  # a preset's fragments give way to overlap; explicit ones refuse it
+    give_way = (cfg.diloco.overlap or elastic) and cfg.diloco.fragments is None  # explicit + overlap: refused
+    if comp.algorithm == "diloco" and comp.fragments > 1 and not give_way:
+        return _streaming(model, comp, cfg, wire)
     if comp.algorithm == "demo":
         exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=comp.bits if comp.bits in (4, 1) else 8,
                                 value_block=comp.block or 128, transform=cfg.demo.transform)

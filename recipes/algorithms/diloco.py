@@ -132,7 +132,7 @@ class DiLoCo:
         `flush_bits`; a partial phase's sync has happened). A worker that joined after the last sync
         (elastic: it has the others' `withheld_at`) does not sync again. With `overlap` the last
         exchange lands here, with what the shared weights still owe of the one before, as the run's
-        last outer step (no look-ahead); Streaming DiLoCo's last fragment syncs keep the look-ahead."""
+        last outer step (no look-ahead); Streaming DiLoCo's last fragment syncs are plain averages (lr 1)."""
         if step % self.inner_steps and self.withheld_at != step:
             self._sync(step, last=True)
         with self._ending_at(step):  # an exchange in flight lands as the run's last outer step

@@ -95,7 +95,7 @@ class StreamingDiLoCo(DiLoCo):
     def finish(self, step: int) -> None:
         """Every fragment with progress since its last sync syncs it now: ranks end equal."""
         for f in range(len(self.bounds)):
-            if self.last_sync[f] != step or self.flush_bits:
+            if self.last_sync[f] != step or (self.flush_bits and step != self.final_step):  # final_step's flushed
                 self.sync_fragment(f, -step)
         self._write_params(self.global_flat)
 

@@ -67,3 +67,14 @@ def test_kill_one_of_three_workers_the_others_go_on(geotrain_home):
     ref = json.loads((Path(reference.run_dir) / "out" / "result.json").read_text())["eval_loss"]
     print(f"eval loss: killed run {loss:.4f}, uninterrupted {ref:.4f}")
     assert abs(loss - ref) <= LOSS_TOLERANCE
+
+
+def test_an_ultra_workspace_runs_elastic_with_the_model_synced_whole(geotrain_home):
+    # the local cluster runs DiLoCo elastic; its quorum routes whole outer steps, so ultra's fragments give way
+    service = WorkspaceService()
+    ws = deploy(service, preset="ultra", workers=2, steps=24, inner=8)
+    assert wait_done(service, ws.id) == "COMPLETED"
+    log = (Path(ws.run_dir) / "logs" / "worker-0.log").read_text()
+    assert "preset ultra (diloco, H=8, 1 bits, outer lr 1.2)" in log
+    # three whole-model syncs of 1-bit signs + a scale per 1024 values: 16,560 + 520 bytes each
+    assert f"done step 24 bytes_sent {3 * (132_480 // 8 + 4 * 130)} outer_step 3" in log

@@ -204,6 +204,14 @@ def test_ultras_fragments_and_error_feedback_come_from_the_preset_and_its_fragme
     mine = parse_config(base, ["diloco.overlap=true", "diloco.fragments=2"])  # asked for both: refused
     with pytest.raises(ValueError, match="diloco.overlap is not available with diloco.fragments > 1"):
         build_algorithm(model, resolve_compression(mine), mine, Wire(1))
+    algo = build_algorithm(model, resolve_compression(plain), plain, Wire(1), elastic=True)  # quorum: whole steps
+    assert type(algo) is DiLoCo and not algo.exchange.feedback.enabled
+    mine = parse_config(base, ["diloco.fragments=2"])
+    with pytest.raises(ValueError, match="diloco.fragments is not available in elastic mode"):
+        build_algorithm(model, resolve_compression(mine), mine, Wire(1), elastic=True)
+    halves = parse_config(base, ["diloco.density=0.5"])  # what a sync leaves out waits in error feedback: refused
+    with pytest.raises(ValueError, match="needs error feedback .* set diloco.error_feedback=true"):
+        build_algorithm(model, resolve_compression(halves), halves, Wire(1))
 
 
 def test_rotation_and_subsets_come_from_the_preset_unless_overridden():

@@ -230,6 +230,20 @@ def test_a_checkpoint_resumes_only_under_the_optimizer_that_wrote_it(tmp_path, t
     assert json.loads((out / "result.json").read_text())["step"] == 20
 
 
+def test_a_checkpoint_of_fragments_resumes_only_in_fragments(tmp_path, tiny_gpt):
+    # ultra syncs in 2 fragments; with overlap its fragments give way and the model syncs whole: the two
+    # states do not load into each other, so the switch is refused in one line saying which setting to use
+    out = tmp_path / "fragments"
+    cmd = ["python", "-m", "recipes.train", "--config", str(tiny_gpt), f"out_dir={out}", "logging.wandb=false",
+           "gradient_compression=ultra", "diloco.inner_steps=4", "logging.log_every=4"]
+    _, _, line = _second_run_refused(out, [*cmd, "steps=8"], [*cmd, "steps=12", "diloco.overlap=true"])
+    assert "at step 8" in line and "was trained in 2 fragments (set diloco.fragments=2 and diloco.overlap=false" in line
+    out2 = tmp_path / "whole"
+    whole = [c.replace(str(out), str(out2)) for c in cmd]
+    _, _, line = _second_run_refused(out2, [*whole, "steps=8", "diloco.fragments=1"], [*whole, "steps=12"])
+    assert "was trained with the model synced whole (set diloco.fragments=1 to resume it)" in line
+
+
 def test_a_checkpoint_resumes_only_under_the_adam_betas_that_wrote_it(tmp_path, tiny_gpt):
     # the optimizer's saved state keeps its betas, and the preset's outer lr follows beta1: refused
     out = tmp_path / "betas"
