@@ -76,6 +76,13 @@ class WorkspaceService:
             if not sep or not key:
                 raise InvalidInput(f"--set {item!r} is not key=value", "write e.g. --set optim.lr=3e-4")
             recipe_catalog.set_path(config, key.strip(), value.strip())
+        # --set wins over the flags: the workspace's record shows what its config runs
+        fields["preset"] = config.get("gradient_compression")
+        if type(config.get("steps")) is int:  # anything else: the config's own check says what is wrong
+            fields["steps"] = config["steps"]
+            self._check_counts(fields, req.cluster)
+        recipe_catalog.check_choice("preset", fields["preset"], list(recipe_catalog.presets()),
+                                    "--set gradient_compression")
         spec = WorkspaceSpec.from_dict({**{k: v for k, v in base.items() if k not in DEFAULTS},
                                         **fields, "cluster": req.cluster, "config": config,
                                         **({"image": req.image} if req.image else {}),

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from core.backends.local.supervisor import workspace_processes
+from core.errors import InvalidInput
 from core.workspaces import DeployRequest, WorkspaceService
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,18 @@ def _cli(*args, env_extra=None, **kwargs):
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_a_set_preset_or_steps_is_what_the_workspace_records(geotrain_home):
+    # --set wins over the flags; the record (list, app) showed the flag's preset while the run took the --set one
+    service = WorkspaceService()
+    spec = service.build_spec(DeployRequest(preset="low", sets=("gradient_compression=ultra", "steps=30")))
+    assert (spec.preset, spec.steps) == ("ultra", 30)
+    assert (spec.config["gradient_compression"], spec.config["steps"]) == ("ultra", 30)
+    for bad, says in (("gradient_compression=extreme", "--set gradient_compression"), ("steps=0", "steps")):
+        with pytest.raises(InvalidInput) as caught:
+            service.build_spec(DeployRequest(sets=(bad,)))
+        assert says in str(caught.value.message) + str(caught.value.hint), caught.value
 
 
 def test_deploy_watch_complete_delete_leaves_nothing(geotrain_home):
