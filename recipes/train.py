@@ -25,7 +25,7 @@ from recipes import checkpoint, elastic, topology
 from recipes.algorithms import hierarchical
 from recipes.algorithms import build_algorithm
 from recipes.algorithms.diloco import DiLoCo
-from recipes.algorithms.streaming import StreamingDiLoCo
+from recipes.algorithms.streaming import saved_fragments
 from recipes.checkpoint_store import CheckpointStore, HubMirror
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
 from recipes.schema import OptimConfig, TrainConfig
@@ -121,9 +121,8 @@ class Trainer:
         saved = state.get("algorithm") or {}
         if not isinstance(self.algo, DiLoCo) or "global" not in saved:
             return
-        fragments = len(saved["last_sync"]) if "last_sync" in saved else 1
-        now = len(self.algo.bounds) if isinstance(self.algo, StreamingDiLoCo) else 1
-        if fragments != now:
+        fragments = saved_fragments(saved)
+        if fragments != self.algo.fragments:
             how = f"in {fragments} fragments (set diloco.fragments={fragments} and diloco.overlap=false" \
                 if fragments > 1 else "with the model synced whole (set diloco.fragments=1"
             raise ResumeError(f"the checkpoint at step {state.get('step')} in {self.out_dir} was trained {how} to "

@@ -28,17 +28,20 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     if comp.density < 1.0 and not comp.error_feedback:
         raise ValueError(f"diloco.density {comp.density:g} needs error feedback (what a sync does not send waits "
                          f"there), and the {comp.preset} preset has it off: set diloco.error_feedback=true")
-    if elastic and comp.fragments > 1 and cfg.diloco.fragments is not None:
-        raise ValueError("diloco.fragments is not available in elastic mode (its quorum routes whole outer steps): "
-                         "set diloco.fragments=1")
     if comp.algorithm == "ddp":
         return DDP(model, wire)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if lan is not None:
         return _hierarchical(model, comp, cfg, wire, lan, numel)
-    give_way = (cfg.diloco.overlap or elastic) and cfg.diloco.fragments is None  # explicit + overlap: refused
-    if comp.algorithm == "diloco" and comp.fragments > 1 and not give_way:
-        return _streaming(model, comp, cfg, wire)
+    if comp.algorithm == "diloco" and comp.fragments > 1:
+        if cfg.diloco.overlap:
+            _whole_model(comp, cfg, ValueError("diloco.overlap is not available with diloco.fragments > 1 (fragments "
+                                               "already spread the exchange over the H steps); set one of them"))
+        elif elastic:
+            _whole_model(comp, cfg, ValueError("diloco.fragments is not available in elastic mode (its quorum routes "
+                                               "whole outer steps): set diloco.fragments=1"))
+        else:
+            return _streaming(model, comp, cfg, wire)
     if comp.algorithm == "demo":
         exchange = DemoExchange(numel, comp.chunk, comp.topk, cfg.demo.decay, wire, value_bits=comp.bits if comp.bits in (4, 1) else 8,
                                 value_block=comp.block or 128, transform=cfg.demo.transform)
@@ -54,6 +57,13 @@ def build_algorithm(model: torch.nn.Module, comp: Compression, cfg: TrainConfig,
     return algo
 
 
+def _whole_model(comp: Compression, cfg: TrainConfig, refusal: Exception) -> None:
+    """Where the model can only sync whole: a preset's fragments give way (the caller builds plain or
+    hierarchical DiLoCo), an explicit diloco.fragments above 1 is refused with `refusal`."""
+    if comp.fragments > 1 and cfg.diloco.fragments is not None:
+        raise refusal
+
+
 def _diloco_exchange(numel: int, comp: Compression, cfg: TrainConfig, wire: Wire):
     """fp32/bf16 all-reduced (summable on the wire), or the preset's quantised codec all-gathered."""
     if comp.bits in (32, 16):
@@ -64,10 +74,6 @@ def _diloco_exchange(numel: int, comp: Compression, cfg: TrainConfig, wire: Wire
 
 def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire: Wire) -> StreamingDiLoCo:
     """Streaming DiLoCo: one exchange of the preset's format per fragment."""
-    if cfg.diloco.overlap:
-        raise ValueError("diloco.overlap is not available with diloco.fragments > 1 (fragments already "
-                         "spread the exchange over the H steps); set one of them")
-
     return StreamingDiLoCo(model, lambda numel: _diloco_exchange(numel, comp, cfg, wire), fragments=comp.fragments, inner_steps=comp.inner_steps,
                            outer_lr=comp.outer_lr, outer_momentum=comp.outer_momentum,
                            flush_bits=cfg.diloco.flush_bits, final_step=cfg.steps)
@@ -76,9 +82,8 @@ def _streaming(model: torch.nn.Module, comp: Compression, cfg: TrainConfig, wire
 def _hierarchical(model, comp: Compression, cfg: TrainConfig, wan: Wire, lan: Wire, numel: int):
     if comp.algorithm == "demo":
         raise TopologyError("DeMo has no exchange between datacenters: use a diloco preset, or datacenters: 1")
-    if comp.fragments > 1 and cfg.diloco.fragments is not None:  # a preset's fragments: one exchange here
-        raise TopologyError("diloco.fragments is not available across datacenters yet: set diloco.fragments=1, "
-                            "or datacenters: 1")
+    _whole_model(comp, cfg, TopologyError("diloco.fragments is not available across datacenters yet: set "
+                                          "diloco.fragments=1, or datacenters: 1"))
     if comp.density < 1.0:
         raise TopologyError("diloco.density is not available across datacenters yet: set diloco.density=1, "
                             "or datacenters: 1")

@@ -32,6 +32,7 @@ class DiLoCo:
     """Outer loop around any inner optimizer; `exchange` decides what crosses the wire."""
 
     name = "diloco"
+    fragments = 1  # the model syncs whole (Streaming DiLoCo: in fragments)
 
     def __init__(self, model: torch.nn.Module, exchange, *, inner_steps: int, outer_lr: float,
                  outer_momentum: float, overlap: bool = False, outer_update=None, flush_bits: int = 0,

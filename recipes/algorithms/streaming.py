@@ -37,6 +37,11 @@ def fragment_bounds(sizes: list[int], fragments: int) -> list[tuple[int, int]]:
     return bounds
 
 
+def saved_fragments(state: dict) -> int:
+    """How many fragments a DiLoCo-family state_dict was written in (1: the model whole)."""
+    return len(state["last_sync"]) if "last_sync" in state else 1
+
+
 def sync_offsets(inner_steps: int, fragments: int) -> list[int]:
     """The residue of the step (mod H) at which each fragment syncs: f * H // F."""
     return [f * inner_steps // fragments for f in range(fragments)]
@@ -55,8 +60,9 @@ class StreamingDiLoCo(DiLoCo):
         super().__init__(model, self.exchanges[0], inner_steps=inner_steps, outer_lr=outer_lr,
                          outer_momentum=outer_momentum, overlap=False, flush_bits=flush_bits,
                          final_step=final_step)
-        self.offsets = sync_offsets(inner_steps, len(self.bounds))
-        self.last_sync = [0] * len(self.bounds)  # inner step of each fragment's latest sync
+        self.fragments = len(self.bounds)
+        self.offsets = sync_offsets(inner_steps, self.fragments)
+        self.last_sync = [0] * self.fragments  # inner step of each fragment's latest sync
 
     def due(self, step: int) -> list[int]:
         """The fragments whose outer step runs after inner step `step`."""
