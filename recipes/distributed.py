@@ -15,6 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from recipes.private_store import GROUP_STORE_ENV, open_file_store
 from recipes.schema import DistConfig
 from recipes.streams import Streams
 from recipes.telemetry import emit
@@ -84,12 +85,16 @@ def gpu_for(local_rank: int, gpus: int, backend: str) -> str:
 
 
 def attempt_store(world_size: int, timeout: timedelta) -> dist.Store | None:
-    """torchrun's agent store, with keys of this restart attempt only.
+    """The group's store: on the local cluster a FileStore in the run's private directory
+    (recipes.private_store; never a TCPStore, which any host could reach); in a pod
+    torchrun's agent store, with keys of this restart attempt only.
 
     After `--max-restarts` brings a group back, the agent store still holds the dead
     workers' gloo addresses; a restarted rank that reads one connects to a closed port
     and the whole attempt fails (seen with torch 2.13). A prefix per attempt avoids it.
     """
+    if os.environ.get(GROUP_STORE_ENV):
+        return open_file_store(os.environ[GROUP_STORE_ENV], timeout)
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None  # plain env:// rendezvous (one process, static launch): torch's default
     client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,

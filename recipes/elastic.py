@@ -1,8 +1,9 @@
 """Elastic DiLoCo: the outer step is taken by whichever workers are present.
 
 torch.distributed groups are fixed for life, so a dead worker would hang the others.
-Instead each worker talks to a small TCPStore (hosted outside the workers, see
-recipes.elastic_store) and, per outer step, the workers that arrive form a quorum and
+Instead each worker talks to a store outside the workers (a FileStore in the run's
+private directory, recipes.private_store: no port that another host or user could reach)
+and, per outer step, the workers that arrive form a quorum and
 a fresh gloo group of just those members (the torchft idea, written small):
 
 - a worker heartbeats into the store; a peer whose heartbeat stops for
@@ -13,7 +14,7 @@ a fresh gloo group of just those members (the torchft idea, written small):
 - when no live member exists (first start, or every worker was lost) the quorum is
   "cold": members bring their newest complete checkpoint and the newest one wins.
 
-Settings (set by the backend): GEOTRAIN_ELASTIC_STORE=host:port, GEOTRAIN_ELASTIC_GEN,
+Settings (set by the backend): GEOTRAIN_ELASTIC_STORE=/path/of/the/store/file, GEOTRAIN_ELASTIC_GEN,
 GEOTRAIN_ELASTIC_JOIN_TIMEOUT_S, GEOTRAIN_ELASTIC_HEARTBEAT_TIMEOUT_S, GEOTRAIN_ELASTIC_OP_TIMEOUT_S.
 """
 
@@ -30,9 +31,10 @@ import torch
 import torch.distributed as dist
 
 from recipes.distributed import Wire
+from recipes.private_store import ELASTIC_STORE_ENV, open_file_store
 from recipes.telemetry import emit, say
 
-STORE_ENV = "GEOTRAIN_ELASTIC_STORE"
+STORE_ENV = ELASTIC_STORE_ENV
 MAX_ATTEMPTS = 5
 __all__ = ["emit"]  # recipes.train reports through elastic.emit
 
@@ -123,33 +125,30 @@ class Liveness:
 class Membership:
     """One worker's side of the elastic outer loop (see the module docstring)."""
 
-    def __init__(self, rank: int, world: int, address: str, gen: str, *, join_timeout: float,
+    def __init__(self, rank: int, world: int, store_path: str, gen: str, *, join_timeout: float,
                  heartbeat_timeout: float, op_timeout: float) -> None:
         self.rank, self.world = rank, world
         self.join_timeout, self.hb_timeout = join_timeout, heartbeat_timeout
         self.op_timeout = timedelta(seconds=op_timeout)
-        host, port = address.rsplit(":", 1)
         self.prefix = f"gen{gen}/"
-        self.store = self._connect(host, int(port))
+        self._path = store_path
+        self.store = self._connect()
         self.liveness = Liveness(self.store, world, heartbeat_timeout)
         self.wire = ElasticWire(world)
         self.trainer = None
-        self._address = (host, int(port))
         self._beating = threading.Event()
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
 
-    def _connect(self, host: str, port: int):
-        raw = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60),
-                            wait_for_workers=False)
-        return dist.PrefixStore(self.prefix, raw)
+    def _connect(self):
+        return dist.PrefixStore(self.prefix, open_file_store(self._path, timedelta(seconds=60)))
 
     # heartbeat --------------------------------------------------------------
     def _start_heartbeat(self) -> None:
         if self._beating.is_set():
             return
         self._beating.set()
-        store = self._connect(*self._address)  # its own connection: the main one may block
+        store = self._connect()  # its own handle: the main one may block
         interval = max(0.05, self.hb_timeout / 5)
 
         def beat() -> None:
@@ -348,10 +347,10 @@ def set_step(trainer, step: int) -> None:
 
 def from_env(rank: int, world: int, algorithm: str) -> Membership | None:
     """The membership for this worker when the backend asked for elastic DiLoCo."""
-    address = os.environ.get(STORE_ENV)
-    if not address or algorithm == "ddp":
+    store_path = os.environ.get(STORE_ENV)
+    if not store_path or algorithm == "ddp":
         return None
     get = lambda name, default: float(os.environ.get(f"GEOTRAIN_ELASTIC_{name}", default))  # noqa: E731
-    return Membership(rank, world, address, os.environ.get("GEOTRAIN_ELASTIC_GEN", "0"),
+    return Membership(rank, world, store_path, os.environ.get("GEOTRAIN_ELASTIC_GEN", "0"),
                       join_timeout=get("JOIN_TIMEOUT_S", 60), heartbeat_timeout=get("HEARTBEAT_TIMEOUT_S", 5),
                       op_timeout=get("OP_TIMEOUT_S", 30))

@@ -35,5 +35,5 @@ def secrets_path() -> Path:
 
 def workspaces_dir() -> Path:
     path = home() / "workspaces"
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(exist_ok=True, mode=0o700)
     return path

@@ -12,7 +12,7 @@ def test_datacenters_dry_run_plans_one_group_split_evenly(geotrain_home, capsys)
     out = capsys.readouterr().out
     first = out.splitlines()[0]
     assert "4 workers, 2 datacenters x 2 on this machine" in first and first.endswith("group)")
-    assert "--nproc-per-node 4" in out and "recipes.train" in out
+    assert "one process per worker (RANK 0-3)" in out and "recipes.train" in out
     config = yaml.safe_load(out[out.index("# resolved config:") + len("# resolved config:"):])
     assert config["datacenters"] == 2 and config["gradient_compression"] == "high"
 

@@ -5,8 +5,11 @@ machine, run by a detached supervisor (see local_supervisor) in its own director
         launch.json  config.yaml  supervisor.pid  exit_code  history.jsonl
         logs/worker-N.log  logs/launcher.log   out/metrics.jsonl  out/checkpoints/
 
-DDP runs as one torchrun group; DiLoCo with several workers runs as an elastic pool
-(one process per worker) that keeps training when a worker is lost.
+DDP runs as one fixed group of workers; DiLoCo with several workers runs as an elastic
+pool (one process per worker) that keeps training when a worker is lost. Either way the
+workers meet in a file store in the run's private directory and their collectives bind
+loopback: no port of a local workspace is reachable from another host
+(core.backends.local.private_stores).
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ import yaml
 
 from core.state import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
+from core.backends.local.private_stores import loopback_env, private_dir
 from core.backends.local.supervisor import MARKER, kill_all, workspace_processes
 from core.backends.local.run_history import read_history, read_jsonl, read_phase
 from core.backends.export import ExportedRun, seed_checkpoints
 from core.errors import BackendError, InvalidInput, NotFound
 from core.domain.records import Status, WorkspaceSpec
 from core.domain.recipe_catalog import presets, recipe_env
-from core.domain.recovery import RecoverySettings
 from core.domain.run_events import natural_key
 
 POLL_S = 0.2
@@ -57,6 +60,8 @@ class LocalBackend(Backend):
         return config
 
     def _mode(self, spec: WorkspaceSpec) -> str:
+        from core.domain.recovery import RecoverySettings  # pydantic: not loaded to read a status
+
         preset = spec.config.get("gradient_compression") or spec.preset
         algorithm = presets().get(preset, {}).get("algorithm", "ddp")
         elastic = RecoverySettings.from_dict(spec.recovery).is_elastic(algorithm, spec.workers)
@@ -64,16 +69,11 @@ class LocalBackend(Backend):
             elastic = False  # hierarchical DiLoCo: one torchrun group (datacenter sub-groups); a lost worker restarts it
         return "elastic" if elastic else "group"
 
-    def _argv(self, spec: WorkspaceSpec, config_path: Path) -> list[str]:
-        """The torchrun group (restarts are the supervisor's, so it can record them)."""
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nnodes", "1", "--nproc-per-node", str(spec.workers),
-                "--max-restarts", "0", "--tee", "3",
-                "-m", "recipes.train", "--config", str(config_path)]
-
     def _env(self, workspace_id: str, spec: WorkspaceSpec, has_wandb_key: bool) -> dict[str, str]:
+        from core.domain.recovery import RecoverySettings  # pydantic: not loaded to read a status
+
         env = {"PYTHONUNBUFFERED": "1", MARKER: workspace_id,
-               "PYTHONPATH": recipe_env()["PYTHONPATH"]}
+               "PYTHONPATH": recipe_env()["PYTHONPATH"], **loopback_env()}
         if not has_wandb_key:
             env["WANDB_MODE"] = "offline"
         env.update(RecoverySettings.from_dict(spec.recovery).worker_env(spec.recovery.get("checkpoint_dir")))
@@ -81,25 +81,26 @@ class LocalBackend(Backend):
 
     def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
         config_path = self.run_dir(workspace_id) / "config.yaml"
-        argv = self._argv(spec, config_path)
-        if self._mode(spec) == "elastic":
-            argv = self._worker_argv(config_path)
+        argv = self._worker_argv(config_path)
         dcs = spec.config.get("datacenters", 1)
         layout = f", {dcs} datacenters x {spec.workers // dcs}" if isinstance(dcs, int) and dcs > 1 else ""
         text = (f"# local workspace {workspace_id}: {spec.workers} workers{layout} on this machine "
                 f"({'NCCL' if _cuda_available() else 'gloo on CPU'}, {self._mode(spec)})\n"
+                f"# one process per worker (RANK 0-{spec.workers - 1}), meeting in a file store in "
+                f"the run's private directory: no network port\n"
                 f"cd {shlex.quote(str(self.run_dir(workspace_id)))}\n{shlex.join(argv)}\n")
         return LaunchPlan(text, yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
 
     def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
         """Start the supervisor. `secret_refs` maps env var -> secret-store reference."""
-        run_dir = self.run_dir(workspace_id)
-        (run_dir / "logs").mkdir(parents=True)
+        from core.domain.recovery import RecoverySettings  # pydantic: not loaded to read a status
+
+        run_dir = self._private_run_dir(workspace_id)
+        (run_dir / "logs").mkdir()
         (run_dir / "out").mkdir(exist_ok=True)  # restore() may have seeded it
         config_path = run_dir / "config.yaml"
         config_path.write_text(yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
-        launch = {"workspace_id": workspace_id, "argv": self._argv(spec, config_path),
-                  "worker_argv": self._worker_argv(config_path), "mode": self._mode(spec),
+        launch = {"workspace_id": workspace_id, "worker_argv": self._worker_argv(config_path), "mode": self._mode(spec),
                   "workers": spec.workers,
                   "max_recoveries": RecoverySettings.from_dict(spec.recovery).max_recoveries,
                   "standby": RecoverySettings.from_dict(spec.recovery).standby,
@@ -108,6 +109,11 @@ class LocalBackend(Backend):
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
         self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=launch["env"]["PYTHONPATH"]))
         return str(run_dir)
+
+    def _private_run_dir(self, workspace_id: str) -> Path:
+        """The run directory, 0700 from its creation (restore() may have made it first): its
+        stores, logs and checkpoints are this user's alone."""
+        return private_dir(self.run_dir(workspace_id))
 
     def _start_supervisor(self, run_dir: Path, env: dict[str, str]) -> None:
         env.pop("WANDB_API_KEY", None)
@@ -243,7 +249,7 @@ class LocalBackend(Backend):
             text = partial + chunk.decode("utf-8", errors="replace")
             lines = text.split("\n")
             tails[path] = (offset + len(chunk), lines.pop())
-            worker = "torchrun" if path.stem == "launcher" else path.stem
+            worker = path.stem  # worker-N, or launcher: what the supervisor says of the group
             for line in lines:
                 yield worker, line
 
@@ -271,8 +277,8 @@ class LocalBackend(Backend):
             raise InvalidInput(f"the export's checkpoint at step {export.step} has {export.ranks} "
                                f"worker(s), the new workspace {spec.workers}",
                                f"deploy with --workers {export.ranks}")
-        out = self.run_dir(workspace_id) / "out"
-        out.mkdir(parents=True)
+        out = self._private_run_dir(workspace_id) / "out"
+        out.mkdir()
         return seed_checkpoints(export, self.checkpoint_root(workspace_id, spec), out)
 
     # delete -----------------------------------------------------------------

@@ -2,8 +2,10 @@
 recovers them when they fail (up to the workspace's retry budget, each recovery noted
 in history.jsonl), and records its own pid and the final exit code in the run directory.
 
-Two ways to run: a torchrun group (DDP; a failure restarts the whole group from the
-newest checkpoint), or a pool of single workers (elastic DiLoCo, core.backends.local.worker_pool).
+Two ways to run: a fixed group of workers (DDP, hierarchical DiLoCo; a failure restarts
+the whole group from the newest checkpoint; core.backends.local.worker_group), or a pool of
+single workers (elastic DiLoCo, core.backends.local.worker_pool). Neither opens a port
+that another host or user could reach (core.backends.local.private_stores).
 
 Started detached (its own session, re-parented to init) so that the workspace
 outlives the app or CLI that launched it, and any later process can read its state.
@@ -15,20 +17,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import psutil
 
 from core.backends.local.run_history import RunHistory
-from core.backends.local.worker_pool import WorkerPool, describe_exit, pool_environment, recoveries_used
+from core.backends.local.worker_group import WorkerGroup
+from core.backends.local.worker_pool import WorkerPool, pool_environment, recoveries_used
 from core.state.atomic_files import write_atomically
-from core.state.secret_store import SecretStore, redact
+from core.state.secret_store import SecretStore
 
-RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:(.*)$")
 MARKER = "GEOTRAIN_WORKSPACE"
 
 
@@ -59,37 +59,6 @@ def kill_all(processes: list[psutil.Process], grace: float) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=5)
-
-
-class Demux:
-    """Writes torchrun's `[defaultN]:line` output to logs/worker-N.log, the rest to launcher.log."""
-
-    def __init__(self, log_dir: Path, history: RunHistory | None = None,
-                 secrets: list[str] | None = None) -> None:
-        self.log_dir = log_dir
-        self.history = history
-        self.secrets = secrets or []
-        self.files: dict[str, object] = {}
-
-    def _file(self, name: str):
-        if name not in self.files:
-            self.files[name] = open(self.log_dir / f"{name}.log", "a", buffering=1)
-        return self.files[name]
-
-    def line(self, text: str) -> None:
-        text = redact(text, self.secrets) if self.secrets else text
-        match = RANK_PREFIX.match(text)
-        if match:
-            worker = f"worker-{match.group(1)}"
-            self._file(worker).write(match.group(2) + "\n")
-            if self.history is not None:
-                self.history.worker_line(worker, match.group(2))
-        else:
-            self._file("launcher").write(text + "\n")
-
-    def close(self) -> None:
-        for handle in self.files.values():
-            handle.close()
 
 
 def run(run_dir: Path) -> int:
@@ -124,41 +93,34 @@ def run(run_dir: Path) -> int:
 
 def run_group(run_dir: Path, launch: dict, env: dict[str, str], history: RunHistory,
               secrets: list[str]) -> int:
-    """torchrun until it succeeds or the retry budget is spent; each restart resumes from
-    the newest complete checkpoint (recipes.train does that on start)."""
+    """The worker group until it succeeds or the retry budget is spent; each restart resumes
+    from the newest complete checkpoint (recipes.train does that on start)."""
     budget, used = int(launch.get("max_recoveries", 0)), recoveries_used(run_dir, launch)
+    attempt = 0
     while True:
-        demux = Demux(run_dir / "logs", history, secrets)
-        child = subprocess.Popen(launch["argv"], cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 errors="replace")
-        assert child.stdout is not None
-        for raw in child.stdout:
-            demux.line(raw.rstrip("\n"))
-        code = child.wait()
-        demux.close()
+        code, failure = WorkerGroup(run_dir, launch, env, history, secrets, attempt).run()
         if code == 0:
             return 0
+        with open(run_dir / "logs" / "launcher.log", "a") as log:
+            log.write(f"{failure}{_last_error(run_dir, failure.split()[0])}; the group stopped\n")
         workers = sorted(history.last_step) or ["worker-0"]
-        cause = f"the torchrun group {describe_exit(code)}{_first_failure(run_dir)}"
+        cause = f"the worker group failed ({failure})"
         if used >= budget:
             history.add("gave_up", workers=workers, cause=cause, budget=budget)
             return code
         used += 1
+        attempt += 1
         history.failed(workers, cause, used, budget, "group")
 
 
-def _first_failure(run_dir: Path) -> str:
-    """torchrun names the worker that failed first and how (its error summary)."""
+def _last_error(run_dir: Path, worker: str) -> str:
+    """': <the worker's last line that names an error>' (its traceback's last line, usually)."""
     try:
-        text = (run_dir / "logs" / "launcher.log").read_text(errors="replace")
+        lines = (run_dir / "logs" / f"{worker}.log").read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return ""
-    found = re.findall(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text, re.S)
-    if not found:
-        return ""
-    rank, code = found[-1]
-    return f" (worker-{rank} {describe_exit(int(code))})"
+    errors = [ln.strip() for ln in lines if "Error" in ln or "error" in ln]
+    return f": {errors[-1][:200]}" if errors else ""
 
 
 def daemonize() -> None:

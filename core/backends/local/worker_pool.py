@@ -1,5 +1,6 @@
 """Elastic DiLoCo on this machine: one process per worker (no torchrun group, which would
-restart everyone when one dies) plus the TCPStore they meet in (recipes.elastic_store).
+restart everyone when one dies), meeting in a FileStore in the run's private directory
+(core.backends.local.private_stores: no port that another host or user could reach).
 
 A spare worker (recipes.standby) waits with torch and the model already imported, so
 a lost worker is replaced in about a second. The pool restarts a worker that died, on its own, while the others keep training; it
@@ -11,29 +12,18 @@ checkpoint. Each recovery spends one unit of the retry budget.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+from core.backends.local.private_stores import ELASTIC_STORE_ENV, store_file
 from core.backends.local.run_history import RunHistory
-from core.state.atomic_files import write_atomically
-from core.state.secret_store import redact
+from core.backends.local.worker_group import describe_exit, pump_output, write_pids
 
 POLL_S = 0.2
 SETTLE_S = 0.5  # failures this close together are one event (a node loss kills all at once)
-STORE_WAIT_S = 180
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
+__all__ = ["WorkerPool", "describe_exit", "pool_environment", "recoveries_used"]
 
 
 class WorkerPool:
@@ -45,8 +35,7 @@ class WorkerPool:
         self.budget = int(launch.get("max_recoveries", 0))
         self.used = recoveries_used(run_dir, launch)
         self.generation = 0
-        self.store: subprocess.Popen | None = None
-        self.store_address = ""
+        self.store_path = ""
         self.procs: dict[int, subprocess.Popen] = {}
         self.incarnation = {i: 0 for i in range(self.workers)}
         self.done: set[int] = set()
@@ -55,24 +44,13 @@ class WorkerPool:
         self.use_spare = bool(launch.get("standby", True))
 
     # processes ----------------------------------------------------------------
-    def _start_store(self) -> None:
-        port_file = self.run_dir / "elastic_store.port"
-        port_file.unlink(missing_ok=True)
-        with open(self.run_dir / "logs" / "elastic-store.log", "ab") as log:
-            self.store = subprocess.Popen(
-                [sys.executable, "-m", "recipes.elastic_store", "--host", "127.0.0.1",
-                 "--port", "0", "--port-file", str(port_file)],
-                cwd=self.run_dir, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        deadline = time.time() + STORE_WAIT_S
-        while not port_file.exists():
-            if self.store.poll() is not None or time.time() > deadline:
-                raise RuntimeError("the elastic store did not start; see logs/elastic-store.log")
-            time.sleep(0.1)
-        self.store_address = f"127.0.0.1:{port_file.read_text().strip()}"
+    def _new_store(self) -> None:
+        """A fresh store file per generation: a cold start sees none of the last one's keys."""
+        self.store_path = str(store_file(self.run_dir, f"elastic-{self.generation}"))
 
     def _worker_env(self, rank: int) -> dict[str, str]:
         return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(self.workers),
-                "LOCAL_WORLD_SIZE": str(self.workers), "GEOTRAIN_ELASTIC_STORE": self.store_address,
+                "LOCAL_WORLD_SIZE": str(self.workers), ELASTIC_STORE_ENV: self.store_path,
                 "GEOTRAIN_ELASTIC_GEN": str(self.generation),
                 "TORCHELASTIC_RESTART_COUNT": str(self.incarnation[rank])}
 
@@ -90,7 +68,8 @@ class WorkerPool:
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, errors="replace")
         self.procs[rank] = proc
-        threading.Thread(target=self._pump, args=(rank, proc), daemon=True).start()
+        threading.Thread(target=pump_output, daemon=True, args=(
+            f"worker-{rank}", proc, self.run_dir / "logs", self.history, self.secrets)).start()
         self._write_pids()
 
     def _start_spare(self) -> None:
@@ -107,21 +86,11 @@ class WorkerPool:
         pids = {str(r): p.pid for r, p in self.procs.items() if p.poll() is None}
         if self.spare is not None and self.spare.poll() is None:
             pids["spare"] = self.spare.pid
-        write_atomically(self.run_dir / "workers.json", json.dumps(pids))
-
-    def _pump(self, rank: int, proc: subprocess.Popen) -> None:
-        name = f"worker-{rank}"
-        assert proc.stdout is not None
-        with open(self.run_dir / "logs" / f"{name}.log", "a", buffering=1) as log:
-            for raw in proc.stdout:
-                line = redact(raw.rstrip("\n"), self.secrets)
-                log.write(line + "\n")
-                self.history.worker_line(name, line)
+        write_pids(self.run_dir, pids)
 
     def stop(self) -> None:
         self.stopping = True
         live = [p for p in [*self.procs.values(), self.spare] if p is not None and p.poll() is None]
-        live += [self.store] if self.store is not None and self.store.poll() is None else []
         for proc in live:
             proc.terminate()
         deadline = time.time() + 10
@@ -133,7 +102,7 @@ class WorkerPool:
 
     # the watch loop -----------------------------------------------------------
     def run(self) -> int:
-        self._start_store()
+        self._new_store()
         for rank in range(self.workers):
             self._start_worker(rank)
         self._start_spare()
@@ -166,12 +135,9 @@ class WorkerPool:
     def _recover(self, failed: dict[int, int], noticed: float) -> int | None:
         """Restart what failed; the exit code to end with when the budget is spent."""
         alive = [r for r, p in self.procs.items() if p.poll() is None]
-        store_lost = self.store is not None and self.store.poll() is not None
-        whole = store_lost or (not alive and not self.done)
+        whole = not alive and not self.done
         names = [f"worker-{r}" for r in sorted(failed)]
         cause = "; ".join(f"worker-{r} {describe_exit(c)}" for r, c in sorted(failed.items()))
-        if store_lost:
-            cause = "the elastic store process exited; " + cause
         if self.used >= self.budget:
             self.history.add("gave_up", workers=names, cause=cause, budget=self.budget)
             return next(iter(failed.values())) if failed else 1
@@ -184,8 +150,7 @@ class WorkerPool:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-            if store_lost:
-                self._start_store()
+            self._new_store()
             restart = [r for r in range(self.workers) if r not in self.done]
         for rank in restart:
             self.incarnation[rank] += 1
