@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 
 from core.domain import describe, limits
 from core.cli import prompts
@@ -133,9 +134,9 @@ def cmd_import_ssh(args) -> int:
 
 
 def _requests_from_ssh_config(args) -> list[ImportRequest]:
-    requests = []
+    requests, notes = [], []
     for alias in args.from_ssh_config:
-        entry = ssh_config_host(alias, args.ssh_config)
+        entry = ssh_config_host(alias, args.ssh_config, notes)
         if not entry["user"]:
             raise InvalidInput(f"~/.ssh/config Host {alias} has no User",
                                f"add `User NAME` under `Host {alias}`")
@@ -144,6 +145,8 @@ def _requests_from_ssh_config(args) -> list[ImportRequest]:
             port=entry["port"], username=entry["user"], key_path=entry["key_path"],
             jump=args.jump or entry["jump"], datacenter=args.datacenter,
             source=f"ssh config Host {alias}"))
+    for note in dict.fromkeys(notes):  # the same file read for each alias: said once
+        print(f"note: {note}", file=sys.stderr)
     return requests
 
 

@@ -1,6 +1,6 @@
 """SSH to the servers: one lazy `Connection` with pinned host keys, run/put and retries.
 
-The module that imports paramiko (with its parts ssh_sftp.py and ssh_config.py); what
+The module that imports paramiko (with its part ssh_sftp.py); what
 callers name without a connection (errors, callback types) is in ssh_errors.py. Host keys
 are checked against geotrain's own known_hosts (core.nodes.known_hosts): an unknown key is
 shown and must be confirmed (a callback, or a fingerprint given in advance); a changed key

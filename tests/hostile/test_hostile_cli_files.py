@@ -97,8 +97,15 @@ CASES: dict[str, tuple[list[str], str | bytes | None]] = {
     # ssh_config
     "ssh_config Port abc": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
                             "Host a\n  HostName 192.0.2.1\n  User u\n  Port abc\n"),
+    # a Match block runs nothing and does not apply (its User is not Host a's): "Host a has no User"
     "ssh_config Match exec": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
-                              'Match exec "touch {canary}"\n  User x\nHost a\n  User u\n'),
+                              'Match exec "touch {canary}"\n  User x\nHost a\n  HostName 192.0.2.1\n'),
+    "ssh_config Match ex\"\"ec": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
+                                'Match ex""ec "touch {canary}"\n  User x\nHost a\n  HostName 192.0.2.1\n'),
+    "ssh_config Match host exec": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
+                                   'Match host a exec "touch {canary}"\n  User x\nHost a\n  HostName 192.0.2.1\n'),
+    "ssh_config bare Match exec": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
+                                   "Match exec\nHost a\n  HostName 192.0.2.1\n"),
     "ssh_config not UTF-8": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],
                              b"Host a\n  User \xff\n"),
     "ssh_config over 16 MiB": (["nodes", "import", "--from-ssh-config", "a", "--ssh-config", "{f}"],

@@ -142,6 +142,41 @@ def test_ssh_config_bad_values_are_one_line_errors(tmp_path, capsys, home, line,
                              str(config)], message)
 
 
+MATCH_LINES = [f'Match ex""ec "touch {CANARY}"', "Match exec", "Match host x exec y", f"Match exec 'touch {CANARY}'",
+               f'Match host gpu exec "touch {CANARY}"', f"Match all\n  ProxyCommand touch {CANARY}"]
+
+
+@pytest.mark.parametrize("line", MATCH_LINES)
+def test_ssh_config_match_blocks_run_nothing_and_do_not_apply(tmp_path, line):
+    """paramiko ran `Match exec` (through invoke: the quote trick passed the guard) and raised KeyError on any Match."""
+    config = tmp_path / "ssh_config"
+    config.write_text(f"{line}\n  HostName 192.0.2.66\n  User evil\nHost gpu\n  HostName 192.0.2.7\n  User root\n")
+    notes: list[str] = []
+    entry = ssh_config_host("gpu", str(config), notes)
+    assert (entry["hostname"], entry["user"]) == ("192.0.2.7", "root")  # the Match block's values are not used
+    assert len(notes) == 1 and "`Match` block(s) not evaluated" in notes[0] and "\n" not in notes[0]
+    config.write_text(f"Host gpu\n  HostName 192.0.2.7\n{line}\n  User evil\n")  # a Match ends the Host block
+    assert ssh_config_host("gpu", str(config))["user"] is None
+
+
+def test_ssh_config_match_then_a_host_without_user_is_one_line(tmp_path, capsys):
+    config = tmp_path / "ssh_config"
+    config.write_text(f'Match ex""ec "touch {CANARY}"\n  User x\nHost gpu\n  HostName 192.0.2.7\n')
+    _one_line_error(capsys, ["nodes", "import", "--from-ssh-config", "gpu", "--ssh-config", str(config)],
+                    "Host gpu has no User")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('Host "gpu\n  HostName 192.0.2.7\n', "line 1 has an unclosed quote"),
+    ('Host gpu\n  HostName "192.0.2.7\n', "HostName '\"192.0.2.7' is not an IP address"),
+    ("Host gpu\n  =x\n", "line 2 is not `Keyword value`"),
+])
+def test_ssh_config_lines_it_cannot_read_are_one_line_errors(tmp_path, capsys, text, message):
+    config = tmp_path / "ssh_config"
+    config.write_text(text)
+    _one_line_error(capsys, ["nodes", "import", "--from-ssh-config", "gpu", "--ssh-config", str(config)], message)
+
+
 # -- WireGuard keys and peers read back from nodes ------------------------------------------
 
 @pytest.mark.parametrize("key", ["", "abc", "A" * 43 + "=\n", "A" * 42 + "B=",

@@ -1,5 +1,5 @@
-"""Only core/nodes/ssh.py (with its two parts ssh_sftp.py, ssh_config.py) talks to paramiko;
-everything else goes through core.nodes.ssh."""
+"""Only core/nodes/ssh.py (with its part ssh_sftp.py) talks to paramiko; everything else goes
+through core.nodes.ssh (~/.ssh/config is read by geotrain's own parser, which runs nothing)."""
 
 from pathlib import Path
 
@@ -11,7 +11,7 @@ def test_only_core_ssh_imports_paramiko():
         str(path.relative_to(ROOT)) for folder in ("core", "tui") for path in (ROOT / folder).rglob("*.py")
         if any(line.strip().startswith(("import paramiko", "from paramiko"))
                for line in path.read_text().splitlines()))
-    assert importers == ["core/nodes/ssh.py", "core/nodes/ssh_config.py", "core/nodes/ssh_sftp.py"]
+    assert importers == ["core/nodes/ssh.py", "core/nodes/ssh_sftp.py"]
 
 
 def test_no_auto_add_host_key_policy_anywhere():
