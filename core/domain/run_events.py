@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from core.domain.records import Status
 
 EVENT_PREFIX = "geotrain-event "
-STEP_LINE = re.compile(r"\bstep (\d+)/(\d+)\b")
+STEP_LINE = re.compile(r"\bstep ([0-9]{1,15})/([0-9]{1,15})\b")  # ASCII, bounded: int() of 5000 digits raises
 MARK = "▸ "  # what an event's readable line starts with, in the log view and `workspaces logs`
 MAX_EVENT_CHARS = 4000  # an event is small; a longer line is not one of ours
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from core.domain.records import Status
-from core.domain.run_events import EVENT_PREFIX, STEP_LINE, WorkerPhase, combine
+from core.domain.run_events import EVENT_PREFIX, STEP_LINE, WorkerPhase, combine, parse_event
 from core.state.atomic_files import write_atomically
 
 HISTORY_FILE = "history.jsonl"
@@ -43,14 +43,17 @@ def read_history(run_dir: Path) -> list[dict]:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The complete lines of a JSONL file another process may be appending to."""
+    """The complete lines of a JSONL file another process may be appending to; a line that
+    is not a JSON object (one being written right now, or not ours) is left out."""
     rows = []
     try:
-        for line in path.read_text().splitlines():
+        for line in path.read_text(errors="replace").splitlines():
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line being written right now
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     except FileNotFoundError:
         pass
     return rows
@@ -88,23 +91,24 @@ class RunHistory:
             self.state = (Status.PENDING.value, "starting the workers")
 
     def worker_line(self, worker: str, text: str) -> None:
-        """Called for every line a worker prints."""
+        """Called for every line a worker prints. Any output can imitate an event: one that is
+        not a well-formed event (a JSON object of the expected types) is only log text."""
         self._follow_phase(worker, text)
         if text.startswith(EVENT_PREFIX):
-            try:
-                event = json.loads(text[len(EVENT_PREFIX):])
-            except json.JSONDecodeError:
+            event = parse_event(text)
+            opened = self.pending.get(worker)
+            if event is None or opened is None:
                 return
-            if event.get("kind") in ("rejoined", "joined") and worker in self.pending:
-                self.pending[worker]["rejoined"] = event
-            if event.get("kind") == "resumed" and worker in self.pending:
-                self.pending[worker]["resumed_step"] = event.get("step")
+            if event["kind"] in ("rejoined", "joined"):
+                opened["rejoined"] = {"step": _count(event.get("step")), "outer_step": _count(event.get("outer_step"))}
+            if event["kind"] == "resumed":
+                opened["resumed_step"] = _count(event.get("step"))
             return
         match = STEP_LINE.search(text)
         if not match:
             return
         step = int(match.group(1))
-        outer = re.search(r"\bouter (\d+)\b", text)
+        outer = re.search(r"\bouter ([0-9]{1,15})\b", text)
         if outer:
             self.last_outer_step[worker] = int(outer.group(1))
         self.last_step[worker] = step
@@ -144,7 +148,7 @@ class RunHistory:
         resumed = opened.get("resumed_step")
         before = opened["last_step"] or 0
         if rejoined:  # the step the group agreed on (a live peer's, or the newest checkpoint)
-            restart_point = rejoined.get("step", step)
+            restart_point = step if rejoined["step"] is None else rejoined["step"]
         else:
             restart_point = resumed if resumed is not None else 0
         if opened["scope"] == "worker" and rejoined:
@@ -155,3 +159,8 @@ class RunHistory:
                  restarted_at_step=restart_point, steps_lost=lost,
                  outer_step=rejoined.get("outer_step"),
                  downtime_s=round(time.time() - opened["failed_at"], 3))
+
+
+def _count(value) -> int | None:
+    """A step from an event, or None when it is not a whole number (parse_event bounds it)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
