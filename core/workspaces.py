@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from core.domain import limits
 
 
-from core.domain import recipe_catalog
+from core.domain import metric_rows, recipe_catalog
 from core.backends import backend_for, export, wandb_runs
 from core.backends.export import ExportedRun
 from core.backends.base import Backend, LaunchPlan, WorkspaceState
@@ -213,7 +213,7 @@ class WorkspaceService:
         return Workspace(id=row["id"], spec=spec,
                          status=row["status"], created_at=row["created_at"],
                          updated_at=row["updated_at"], run_dir=row["run_dir"],
-                         last_loss=row["last_loss"])
+                         last_loss=row["last_loss"] if metric_rows.finite(row["last_loss"]) else None)
 
     def get(self, workspace_id: str) -> Workspace:
         with self.store.read() as conn:
@@ -238,7 +238,7 @@ class WorkspaceService:
         state = backend.status(ws.id)
         if state.status == Status.FAILED.value or not Status(state.status).terminal:
             state = self._maybe_recover(backend, ws, state)
-        rows = backend.metrics(ws.id)
+        rows = metric_rows.usable(backend.metrics(ws.id))
         loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), ws.last_loss)
         if state.status != ws.status or loss != ws.last_loss:
             with self.store.write() as conn:
@@ -269,7 +269,7 @@ class WorkspaceService:
 
     def metrics(self, workspace_id: str) -> list[dict]:
         ws = self.get(workspace_id)
-        return self.backend(ws.cluster).metrics(workspace_id)
+        return metric_rows.usable(self.backend(ws.cluster).metrics(workspace_id))
 
     def what_will_be_lost(self, workspace_id: str) -> str:
         ws = self.get(workspace_id)

@@ -34,7 +34,7 @@ import torch
 
 from recipes.telemetry import one_line
 
-STEP_DIR = re.compile(r"step_(\d{8})")  # used with fullmatch: no trailing newline slips through
+STEP_DIR = re.compile(r"step_([0-9]{8})")  # fullmatch, ASCII digits: no trailing newline, no "٩" read as 9
 
 
 def warn(message: str) -> None:
@@ -241,7 +241,7 @@ class HubMirror:
             warn(f"cannot list the HF Hub repo {self.repo}: {one_line(exc)}")
             return []
         return sorted({int(m.group(1)) for f in files
-                       if (m := re.fullmatch(rf"checkpoints/step_(\d{{8}})/rank_{rank}\.json", f))})
+                       if (m := re.fullmatch(rf"checkpoints/step_([0-9]{{8}})/rank_{rank}\.json", f))})
 
     def held_steps(self) -> list[int] | str:
         """Steps for which the hub holds any checkpoint file (any rank; a manifest or not): what a new
@@ -257,7 +257,7 @@ class HubMirror:
             return []
         except Exception as exc:
             return one_line(exc)
-        return sorted({int(m.group(1)) for f in files if (m := re.fullmatch(r"checkpoints/step_(\d{8})/[^/]+", f))})
+        return sorted({int(m.group(1)) for f in files if (m := re.fullmatch(r"checkpoints/step_([0-9]{8})/[^/]+", f))})
 
     def download(self, root: Path, rank: int, step: int) -> bool:
         """Copy one rank's checkpoint from the hub to disk, file first, manifest last."""

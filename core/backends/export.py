@@ -38,8 +38,9 @@ from core.schema.yaml_loader import load_yaml
 from core.state.no_follow import CHUNK, copy_plain_file, plain_dir, walk_files
 
 MANIFEST = "geotrain-export.json"
-STEP_DIR = re.compile(r"step_(\d{8})")
-RANK_FILE = re.compile(r"rank_(\d+)\.(pt|json)")
+# ASCII digits only: `\d` also takes other scripts' digits, which int() reads ("step_٠٠٠٠٠٩٩٩" is 999)
+STEP_DIR = re.compile(r"step_([0-9]{8})")
+RANK_FILE = re.compile(r"rank_([0-9]{1,6})\.(pt|json)")
 
 
 @dataclass
