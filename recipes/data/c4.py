@@ -2,7 +2,8 @@
 
 Each rank streams its own shard (`split_dataset_by_node`) and writes its tokens to
 `<out_dir>/<cache_dir>/c4-<key>-rank<r>of<w>.bin` (uint16/uint32) plus a `.json`
-marker written last; a restart finds the marker and starts at once. Batches are
+marker written last; a restart finds the marker and starts at once. The cache is shared per
+node, so no link in it is followed (recipes.data.shared_cache). Batches are
 consecutive windows of `seq_len` tokens; the position is the window index.
 Local files (`data.path`: .json/.jsonl(.gz) or .parquet, a `text` column) read
 offline; otherwise `data.hub_name` (e.g. allenai/c4, config en) streams from the hub.
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy
 import torch
 
+from recipes.data import shared_cache
 from recipes.schema import TrainConfig
 
 BYTES_EOS = 255  # never a byte of UTF-8 text, so a clean document separator
@@ -99,38 +101,53 @@ def build_cache(cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, rep
     budget = budget or d.max_tokens or (cfg.steps * d.batch_size * d.seq_len + d.seq_len)
     key = hashlib.sha1(json.dumps([d.path, d.hub_name, d.hub_config, d.tokenizer, budget, split,
                                    d.eval_path]).encode()).hexdigest()[:12]
-    cache = (out_dir / d.cache_dir).resolve()
-    cache.mkdir(parents=True, exist_ok=True)
     part = f"rank{rank}of{world_size}" if split == "train" else split
-    stem = cache / f"c4-{key}-{part}"
-    marker, data_file = stem.with_suffix(".json"), stem.with_suffix(".bin")
-    if marker.exists():
-        return data_file
+    stem = f"c4-{key}-{part}"
+    cache = shared_cache.open_dir(out_dir, d.cache_dir)  # shared per node: no link in it is followed
+    try:
+        if not (shared_cache.is_plain_file(cache, f"{stem}.json") and shared_cache.is_plain_file(cache, f"{stem}.bin")):
+            _tokenize(cfg, rank, world_size, split, budget, report, cache, stem)
+    finally:
+        os.close(cache)
+    return out_dir / d.cache_dir / f"{stem}.bin"
+
+
+def _tokenize(cfg: TrainConfig, rank: int, world_size: int, split: str, budget: int, report, cache: int,
+              stem: str) -> None:
+    """Write `stem`.bin, then its `stem`.json marker, into the cache directory held open."""
+    d = cfg.data
     if report is not None:
         report.total = budget
     tok = Tokenizer(d.tokenizer)
     dtype = numpy.uint16 if tok.vocab_size <= 65536 else numpy.uint32
     written = 0
-    tmp = stem.with_suffix(f".bin.tmp{os.getpid()}")  # the cache is shared per node: no two writers share a file
-    with tmp.open("wb") as fh:
-        for row in _stream(cfg, rank, world_size, split):
-            ids = tok.encode(row["text"]) + [tok.eos]
-            numpy.asarray(ids, dtype=dtype).tofile(fh)
-            written += len(ids)
-            if report is not None:
-                report.progress(written)
-            if written >= budget:
-                break
-    if written < d.seq_len + 1:
-        raise ValueError(f"rank {rank} got only {written} {split} tokens; need at least {d.seq_len + 1}")
-    os.replace(tmp, data_file)
-    marker.write_text(json.dumps({"tokens": written, "dtype": numpy.dtype(dtype).name, "tokenizer": d.tokenizer}))
-    return data_file
+    fd, tmp = shared_cache.new_temp(cache, f"{stem}.bin")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for row in _stream(cfg, rank, world_size, split):
+                ids = tok.encode(row["text"]) + [tok.eos]
+                numpy.asarray(ids, dtype=dtype).tofile(fh)
+                written += len(ids)
+                if report is not None:
+                    report.progress(written)
+                if written >= budget:
+                    break
+        if written < d.seq_len + 1:
+            raise ValueError(f"rank {rank} got only {written} {split} tokens; need at least {d.seq_len + 1}")
+        shared_cache.commit(cache, tmp, f"{stem}.bin")
+    except BaseException:
+        shared_cache.discard(cache, tmp)
+        raise
+    marker = {"tokens": written, "dtype": numpy.dtype(dtype).name, "tokenizer": d.tokenizer}
+    shared_cache.write_file(cache, f"{stem}.json", json.dumps(marker).encode())
 
 
-def _memmap(data_file: Path) -> numpy.memmap:
-    meta = json.loads(data_file.with_suffix(".json").read_text())
-    return numpy.memmap(data_file, dtype=meta["dtype"], mode="r")
+def _read_cache(data_file: Path) -> tuple[dict, numpy.memmap]:
+    """The marker and the tokens of a cached file, neither opened through a link."""
+    with shared_cache.open_file(data_file.with_suffix(".json")) as fh:
+        meta = json.loads(fh.read())
+    with shared_cache.open_file(data_file) as fh:
+        return meta, numpy.memmap(fh, dtype=meta["dtype"], mode="r")
 
 
 class C4Data:
@@ -138,11 +155,9 @@ class C4Data:
 
     def __init__(self, cfg: TrainConfig, rank: int, world_size: int, out_dir: Path, report=None) -> None:
         self.cfg, self.rank, self.world_size, self.out_dir = cfg, rank, world_size, out_dir
-        data_file = build_cache(cfg, rank, world_size, out_dir, report)
-        meta = json.loads(data_file.with_suffix(".json").read_text())
+        meta, self.tokens = _read_cache(build_cache(cfg, rank, world_size, out_dir, report))
         self.cached = report is not None and report.total is None  # the marker was there already
         self.prepared = meta["tokens"]
-        self.tokens = numpy.memmap(data_file, dtype=meta["dtype"], mode="r")
         self.batch_size, self.seq_len = cfg.data.batch_size, cfg.data.seq_len
         self.windows = (len(self.tokens) - 1) // self.seq_len
         self.position = 0
@@ -162,8 +177,8 @@ class C4Data:
         """The first `count` batches of consecutive held-out windows (the same on every rank and call)."""
         if self._heldout is None or len(self._heldout) < count:
             budget = count * self.batch_size * self.seq_len + self.seq_len
-            tokens = _memmap(build_cache(self.cfg, self.rank, self.world_size, self.out_dir,
-                                           split="validation", budget=budget))
+            _, tokens = _read_cache(build_cache(self.cfg, self.rank, self.world_size, self.out_dir,
+                                                split="validation", budget=budget))
             windows = (len(tokens) - 1) // self.seq_len
             rows = [torch.from_numpy(tokens[(i % windows) * self.seq_len:(i % windows + 1) * self.seq_len]
                                      .astype(numpy.int64)) for i in range(count * self.batch_size)]
