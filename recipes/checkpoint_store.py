@@ -11,6 +11,12 @@ Checkpoints are read with torch's weights-only unpickler: tensors, numbers, stri
 containers only. A file that would build any other object (a planted pickle whose
 `__reduce__` runs code) is refused and skipped like a corrupt one; nothing in it runs.
 
+Every load checks the file against its manifest's sha256 (from the same open file it then
+reads), not only the completeness check before it. Checkpoints pulled from the hub go
+straight to this workspace's own checkpoint directory, never through the HF cache:
+huggingface_hub hands back a cached file without checking it, and a cache shared with other
+workspaces (a node's) would let them plant the weights this one resumes from.
+
 Settings come from the environment the backend sets:
     GEOTRAIN_CHECKPOINT_DIR        where checkpoints go (default <out_dir>/checkpoints)
     GEOTRAIN_CHECKPOINT_HF_REPO    HF repo mirrored to (needs HF_TOKEN; HF_ENDPOINT honoured)
@@ -25,6 +31,7 @@ import pickle
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import warnings
 import zipfile
@@ -42,10 +49,14 @@ def warn(message: str) -> None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+        return _sha256_of(fh)
+
+
+def _sha256_of(fh) -> str:
+    digest = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 
@@ -75,9 +86,10 @@ class CheckpointRefused(Exception):
     """A checkpoint file that is not plain tensors and data (or not a checkpoint at all)."""
 
 
-def safe_load(path: Path, mmap: bool = False) -> dict:
-    """Load a checkpoint without running code from it (torch's weights-only unpickler)."""
-    mmap = mmap and zipfile.is_zipfile(path)  # a bare pickle cannot be mapped: read it whole
+def safe_load(path, mmap: bool = False) -> dict:
+    """Load a checkpoint without running code from it (torch's weights-only unpickler); `path`: a
+    path, or a file open for reading (then read whole)."""
+    mmap = mmap and isinstance(path, (str, Path)) and zipfile.is_zipfile(path)  # a bare pickle: read whole
     try:
         with warnings.catch_warnings():  # torch warns (multi-line) about odd pickle protocols
             warnings.simplefilter("ignore")
@@ -187,7 +199,20 @@ class CheckpointStore:
         return [s for s in self.steps_on_disk() if self.is_complete(s)]
 
     def load(self, step: int) -> dict:
-        return safe_load(rank_files(self.root, step, self.rank)[0])
+        """The checkpoint of `step`, read from the same open file whose sha256 matched its manifest's;
+        CheckpointRefused (one line) when it does not."""
+        data_path, manifest_path = rank_files(self.root, step, self.rank)
+        try:
+            expected = json.loads(manifest_path.read_text()).get("sha256")
+        except (OSError, ValueError, AttributeError):
+            expected = None
+        with open(data_path, "rb") as fh:
+            if expected is None or _sha256_of(fh) != expected:
+                raise CheckpointRefused(f"checkpoint {data_path} does not match the sha256 in its manifest "
+                                        f"{manifest_path.name} (changed since it was checked): not loaded; "
+                                        f"remove {data_path.parent.name} to resume from an older checkpoint")
+            fh.seek(0)
+            return safe_load(fh)
 
     def wait(self) -> None:
         if self.hub is not None:
@@ -260,15 +285,20 @@ class HubMirror:
         return sorted({int(m.group(1)) for f in files if (m := re.fullmatch(r"checkpoints/step_([0-9]{8})/[^/]+", f))})
 
     def download(self, root: Path, rank: int, step: int) -> bool:
-        """Copy one rank's checkpoint from the hub to disk, file first, manifest last."""
+        """Copy one rank's checkpoint from the hub to disk, file first, manifest last, through a fresh
+        directory beside them: never from the HF cache (see the module docstring), which
+        huggingface_hub would otherwise copy from even into a local_dir."""
         data_path, manifest_path = rank_files(root, step, rank)
         data_path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=".hub-", dir=root))
         try:
             for path in (data_path, manifest_path):
-                got = self.api.hf_hub_download(self.repo, f"checkpoints/{path.parent.name}/{path.name}")
-                shutil.copyfile(got, path.with_name(f".{path.name}.tmp"))
-                os.replace(path.with_name(f".{path.name}.tmp"), path)
+                got = self.api.hf_hub_download(self.repo, f"checkpoints/{path.parent.name}/{path.name}",
+                                               local_dir=fresh, cache_dir=fresh / "cache", force_download=True)
+                os.replace(got, path)
             return True
         except Exception as exc:
             warn(f"download of step {step} from the HF Hub failed: {one_line(exc)}")
             return False
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)

@@ -113,7 +113,8 @@ class Liveness:
         now = time.monotonic()
         out = set()
         for rank in range(self.world):
-            value = self.store.add(f"hb/{rank}", 0)
+            key = f"hb/{rank}"  # read, not add(0): a FileStore appends a record for every add
+            value = int(self.store.get(key)) if self.store.check([key]) else 0
             last = self.seen.get(rank)
             if last is None or last[0] != value:
                 self.seen[rank] = (value, now)

@@ -1,8 +1,9 @@
 """Upload checkpoints to the HF Hub in a background thread; failures are reported, training goes on.
 
 Rank 0 uploads its own checkpoint file (it holds the synchronised global weights,
-the optimizer states and the config). The token comes from HF_TOKEN only and is
-never printed: error messages pass through `redact`.
+the optimizer states and the config), then its manifest (bytes and sha256,
+recipes.checkpoint_store) so that whoever pulls it can check it. The token comes from
+HF_TOKEN only and is never printed: error messages pass through `redact`.
 """
 
 from __future__ import annotations
@@ -48,13 +49,15 @@ class HubUploader:
 
     def _work(self) -> None:
         while (path := self._queue.get()) is not None:
-            target = f"checkpoints/{path.parent.name}/{path.name}"
+            folder = f"checkpoints/{path.parent.name}"
+            target, manifest = f"{folder}/{path.name}", path.with_suffix(".json")
             try:
                 if not self._repo_ready:
                     self.api.create_repo(self.repo, private=self.private, exist_ok=True)
                     self._repo_ready = True
-                self.api.upload_file(path_or_fileobj=str(path), path_in_repo=target, repo_id=self.repo,
-                                     commit_message=f"checkpoint {path.parent.name}")
+                for each in (path, manifest) if manifest.is_file() else (path,):  # the manifest last
+                    self.api.upload_file(path_or_fileobj=str(each), path_in_repo=f"{folder}/{each.name}",
+                                         repo_id=self.repo, commit_message=f"checkpoint {path.parent.name}")
                 self.uploaded.append(target)
                 say(0, f"uploaded {target} to hf.co/{self.repo}")
             except Exception as exc:  # the hub being down must not stop training

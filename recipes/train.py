@@ -26,7 +26,7 @@ from recipes.algorithms import hierarchical
 from recipes.algorithms import build_algorithm
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.streaming import saved_fragments
-from recipes.checkpoint_store import CheckpointStore, HubMirror
+from recipes.checkpoint_store import CheckpointRefused, CheckpointStore, HubMirror
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
 from recipes.schema import OptimConfig, TrainConfig
 from recipes.data import build_data
@@ -316,7 +316,7 @@ def run(cfg: TrainConfig) -> int:
                  f"{rt.world_size} worker(s) on {rt.device}, restart {restart}")
     try:
         joined = trainer.maybe_resume()
-    except ResumeError as exc:
+    except (ResumeError, CheckpointRefused) as exc:
         return _refuse(exc, telemetry)
     if not joined:
         say(rt.rank, "the other workers finished the run while this one was away")

@@ -26,6 +26,7 @@ from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, de
 from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.recovery_manifests import claim_name
+from core.kubernetes.network_policy import policy_name
 from core.state.secret_store import SecretStore
 from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
@@ -41,6 +42,10 @@ PHASE_TAIL_LINES = 200  # enough of a starting pod's log to find its last data/r
 PHASE_TAIL_BYTES = 256 * 1024  # ... and no more bytes of it, however long a worker's lines are
 METRICS_TAIL_BYTES = 4 * 1024 * 1024
 EVENT_LIMIT = 1000  # pod events read per poll: a busy namespace's list stays bounded
+# The kinds a workspace creates besides its Volcano Job: typed client and method noun.
+TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.CoreV1Api, "config_map"),
+               "PersistentVolumeClaim": (client.CoreV1Api, "persistent_volume_claim"),
+               "NetworkPolicy": (client.NetworkingV1Api, "network_policy")}
 
 
 class KubernetesBackend(Backend):
@@ -135,6 +140,11 @@ class KubernetesBackend(Backend):
             values[env] = value
         return values
 
+    def _typed(self, verb: str, kind: str):
+        """The typed client's `<verb>_namespaced_<kind>` method for a kind other than the Volcano Job."""
+        api, noun = TYPED_KINDS[kind]
+        return getattr(api(self.api), f"{verb}_namespaced_{noun}")
+
     def _create(self, manifest: dict[str, Any]) -> None:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         with self._errors(f"creating {kind} {name}", volcano=kind == "Job"):
@@ -142,15 +152,8 @@ class KubernetesBackend(Backend):
                 client.CustomObjectsApi(self.api).create_namespaced_custom_object(
                     VOLCANO_GROUP, VOLCANO_VERSION, self.namespace, "jobs", manifest,
                     _request_timeout=REQUEST_TIMEOUT)
-            elif kind == "Secret":
-                client.CoreV1Api(self.api).create_namespaced_secret(
-                    self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
-            elif kind == "PersistentVolumeClaim":
-                client.CoreV1Api(self.api).create_namespaced_persistent_volume_claim(
-                    self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
             else:
-                client.CoreV1Api(self.api).create_namespaced_config_map(
-                    self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
+                self._typed("create", kind)(self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
 
     def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
         """A pod that went Failed, or a job Volcano gave up on: submit the job again. Its
@@ -182,15 +185,8 @@ class KubernetesBackend(Backend):
                     client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
                         VOLCANO_GROUP, VOLCANO_VERSION, self.namespace, "jobs", name, body=body,
                         _request_timeout=REQUEST_TIMEOUT)
-                elif kind == "Secret":
-                    client.CoreV1Api(self.api).delete_namespaced_secret(
-                        name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
-                elif kind == "PersistentVolumeClaim":
-                    client.CoreV1Api(self.api).delete_namespaced_persistent_volume_claim(
-                        name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
                 else:
-                    client.CoreV1Api(self.api).delete_namespaced_config_map(
-                        name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
+                    self._typed("delete", kind)(name, self.namespace, body=body, _request_timeout=REQUEST_TIMEOUT)
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -203,6 +199,7 @@ class KubernetesBackend(Backend):
         # The workspace's own checkpoint claim (none when it used recovery.pvc or a node
         # directory: then this is a 404, which is fine). Kubernetes keeps it until the pods are gone.
         self._delete_object("PersistentVolumeClaim", claim_name(job_name(workspace_id)))
+        self._delete_object("NetworkPolicy", policy_name(job_name(workspace_id)))  # last, after the Job
 
     def _delete_source_maps(self, workspace_id: str) -> None:
         """The recipes ConfigMaps (core.kubernetes.recipes_delivery), found by label: their

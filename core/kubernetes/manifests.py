@@ -20,6 +20,7 @@ from core.kubernetes.datacenter_tasks import datacenter_tasks, uses_datacenters
 from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, allocate, dist_backend
 from core.kubernetes.pod_resources import memory_resources, shm_volume
 from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_claim
+from core.kubernetes.network_policy import ELASTIC_STORE_PORT, render_network_policy
 from core.kubernetes import recipes_delivery as delivery
 from core.domain.images import ImageChoice, custom_image, image_for
 
@@ -348,7 +349,7 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                      groups: list[NodeGroup], namespace: str,
                      tokens: dict[str, str], settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """ConfigMap, the recipes ConfigMaps (upstream image), Secret (when there are tokens), the
-    checkpoint claim (when the workspace has its own) and Job, in the order they are created.
+    checkpoint claim (when the workspace has its own), NetworkPolicy and Job, in the order they are created.
     `settings`: plain env values for the trainer (render_volcano_job)."""
     placed = allocate(groups, spec.workers, cluster.name)
     maps, source = _source(workspace_id, spec, cluster, placed, namespace)
@@ -357,9 +358,11 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     out = [render_config_map(workspace_id, spec, namespace, backend, cluster)] + maps
     if tokens:
         out.append(render_secret(workspace_id, tokens, namespace))
-    claim = render_checkpoint_claim(job["metadata"]["name"], spec, cluster,
-                                    _metadata(workspace_id, "", namespace))
-    return out + ([claim] if claim else []) + [job]
+    metadata = _metadata(workspace_id, "", namespace)
+    claim = render_checkpoint_claim(job["metadata"]["name"], spec, cluster, metadata)
+    fence = render_network_policy(job["metadata"]["name"], metadata, {WORKSPACE_LABEL: label_value(workspace_id)},
+                                  (RDZV_PORT, ELASTIC_STORE_PORT))  # before the Job: no pod starts unfenced
+    return out + ([claim] if claim else []) + [fence, job]
 
 
 def manifests_yaml(manifests: list[dict[str, Any]]) -> str:

@@ -14,11 +14,15 @@ On the default (upstream PyTorch) image:
 A team's own image gets none of this: it carries recipes and dependencies itself.
 
 Every pod, on any image, gets the per-node dataset cache (cluster `dataset_cache`, default
-/var/lib/geotrain/datasets, checked like recovery.host_path) at DATASET_MOUNT: the HF
-caches and the recipes' tokenised data (`data.cache_dir`, keyed by data source) live
-there, so a later workspace on the node reuses what an earlier one prepared. The cache is
-shared on purpose, so the workspaces of one cluster trust each other's prepared data (unlike
-checkpoints, which each workspace keeps to itself); `dataset_cache: false` turns it off.
+/var/lib/geotrain/datasets, checked like recovery.host_path) at DATASET_MOUNT: the recipes'
+tokenised data of public datasets (`data.cache_dir`, keyed by data source) lives there, so a
+later workspace on the node reuses what an earlier one prepared. The cache is shared on
+purpose, so the workspaces of one cluster trust each other's prepared public data;
+`dataset_cache: false` turns it off. Nothing else goes there: data from the user's own files
+or Hub datasets stays in the pod, and so does HF_HOME (POD_HF_HOME): huggingface_hub returns
+a cached file without checking it, so a shared HF cache would let any workspace on the node
+plant the weights another one pulls (issue 38.3); checkpoints, like everything a workspace
+pulls from the Hub, stay its own.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ DEPS_MOUNT = "/opt/geotrain/pydeps"
 DEPS_HOST_PATH = "/var/lib/geotrain/pydeps"
 DATASET_MOUNT = "/datasets"
 DEFAULT_DATASET_CACHE = "/var/lib/geotrain/datasets"
+POD_HF_HOME = "/workspace/.cache/huggingface"  # in the pod's own emptyDir (manifests.WORK_DIR)
+PUBLIC_HUB_DATASETS = (None, "allenai/c4")  # data.hub_name values whose text may be cached for all
 PART_LABEL = "geotrain.io/part"
 SOURCE_SUFFIXES = (".py", ".yaml")
 MAX_FILE_BYTES = 256 << 10
@@ -214,10 +220,12 @@ def node_dirs_allowed(cluster_config: dict, cluster_kind: str) -> bool:
 def dataset_config(config: dict[str, Any], cluster_config: dict[str, Any],
                    cluster_kind: str) -> dict[str, Any]:
     """The recipe config with the tokenised-data cache on the node cache, keyed by data source
-    (only when the pods get the cache and the user left `data.cache_dir` at its default)."""
+    (only when the pods get the cache, the user left `data.cache_dir` at its default and the
+    data is public: no files of the user's own, a public Hub dataset)."""
     cache = dataset_cache_dir(cluster_config) if node_dirs_allowed(cluster_config, cluster_kind) else None
     data = dict(config.get("data") or {})
-    if cache and data.get("cache_dir", "cache") == "cache":
+    public = not data.get("path") and not data.get("eval_path") and data.get("hub_name") in PUBLIC_HUB_DATASETS
+    if cache and public and data.get("cache_dir", "cache") == "cache":
         data["cache_dir"] = f"{DATASET_MOUNT}/{data.get('source') or config.get('model') or 'default'}"
         config = {**config, "data": data}
     return config
@@ -231,12 +239,12 @@ def add_delivery(pod: dict[str, Any], container: dict[str, Any], image: str, del
     node_dirs = node_dirs_allowed(cluster_config, cluster_kind)
     cache = dataset_cache_dir(cluster_config) if node_dirs else None
     env = container["env"]
+    env.append({"name": "HF_HOME", "value": POD_HF_HOME})
     owned = []
     if cache:
         pod["volumes"].append({"name": "datasets", "hostPath": {"path": cache, "type": "DirectoryOrCreate"}})
         container["volumeMounts"].append({"name": "datasets", "mountPath": DATASET_MOUNT})
-        env += [{"name": "GEOTRAIN_DATASET_CACHE", "value": DATASET_MOUNT},
-                {"name": "HF_HOME", "value": f"{DATASET_MOUNT}/huggingface"}]
+        env.append({"name": "GEOTRAIN_DATASET_CACHE", "value": DATASET_MOUNT})
         owned.append(DATASET_MOUNT)
     if not delivered:
         _owner(pod, image, owned)

@@ -1,7 +1,8 @@
 """Registering a Kubernetes cluster that already runs Volcano (not built by the wizard).
 
 Registration reads the node list once, so manifests can place one worker per node and
-`--dry-run` works later without contacting the cluster.
+`--dry-run` works later without contacting the cluster. It also reads whether the network
+plugin enforces the NetworkPolicy that fences each workspace (core.kubernetes.network_policy).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from core.state.cluster_records import save_cluster
 from core.errors import InvalidInput
 from core.kubernetes.client import (REQUEST_TIMEOUT, SCHEDULING_GROUP, SCHEDULING_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
-from core.kubernetes.manifests import DEFAULT_QUEUE, render_volcano_job
+from core.kubernetes.manifests import DEFAULT_QUEUE, RDZV_PORT, render_volcano_job
+from core.kubernetes.network_policy import NETWORK_POLICY_KEY, Enforcement, network_policy_support
 from core.domain.records import NAME_RE, Cluster, WorkspaceSpec
 from core.kubernetes.pod_security import ENFORCE_LABEL, LEVELS, POD_SECURITY_KEY, pod_specs, violations
 from core.schema.user_files import read_user_file
@@ -33,6 +35,7 @@ class Registration:
     queue_found: bool
     pod_security: str = ""  # one line: the namespace's enforced level, and whether pods pass
     pod_security_note: str = ""  # hostPath users: refused from "baseline" up
+    network_policy: str = ""  # one line: whether the network plugin enforces the workspaces' NetworkPolicy
 
 
 def _context(kubeconfig: Path, wanted: str | None) -> tuple[str, str]:
@@ -54,7 +57,7 @@ def _context(kubeconfig: Path, wanted: str | None) -> tuple[str, str]:
     return name, (chosen.get("context") or {}).get("namespace") or "default"
 
 
-def _probe(cluster: Cluster, queue: str) -> tuple[list[NodeGroup], bool]:
+def _probe(cluster: Cluster, queue: str) -> tuple[list[dict], bool]:
     api = load_api_client(cluster)
     check_volcano(cluster, api)
     with api_errors(cluster, "listing nodes (geotrain places one worker per node)"):
@@ -70,13 +73,41 @@ def _probe(cluster: Cluster, queue: str) -> tuple[list[NodeGroup], bool]:
         if exc.status not in (403, 404):
             raise
         queue_found = False
-    return groups_from_kubernetes(nodes), queue_found
+    return nodes, queue_found
+
+
+def _daemonsets(cluster: Cluster) -> list[dict] | None:
+    """Every namespace's DaemonSets (the network plugin runs as one); None when not readable."""
+    try:
+        with api_errors(cluster, "listing DaemonSets (which network plugin runs)"):
+            return read_json(client.AppsV1Api(load_api_client(cluster)).list_daemon_set_for_all_namespaces(
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)).get("items", [])
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+        return None
+
+
+def _network_policy_line(cluster: Cluster, found: Enforcement, unenforced_ok: bool) -> str:
+    """Refuse a cluster whose plugin ignores NetworkPolicy (unless the user says every pod there is
+    trusted); one line saying what was found otherwise."""
+    exposed = (f"any pod that can route to a workspace's pods can reach its rendezvous port {RDZV_PORT}, "
+               "and torchrun unpickles what it reads there")
+    if found.enforced is False and not unenforced_ok:
+        raise InvalidInput(f"cluster {cluster.name!r} does not enforce NetworkPolicy ({found.why}): {exposed}",
+                           "use a network plugin that enforces it (k3s without --disable-network-policy, "
+                           "Calico, Cilium), or register with --without-network-policy if every pod there is trusted")
+    if found.enforced:
+        return (f"Network policy: enforced ({found.why}): each workspace's pods admit only its own pods "
+                "and its watcher.")
+    return f"warning: NetworkPolicy may not be enforced on cluster {cluster.name!r} ({found.why}): {exposed}."
 
 
 def register_kubernetes_cluster(store: Store, name: str, kubeconfig: str,
                                 context: str | None = None, namespace: str | None = None,
-                                queue: str | None = None) -> Registration:
-    """Check the kubeconfig, Volcano and the nodes, then record the cluster."""
+                                queue: str | None = None, unenforced_ok: bool = False) -> Registration:
+    """Check the kubeconfig, Volcano, the nodes and the network plugin, then record the cluster.
+    `unenforced_ok`: register even where NetworkPolicy is known not to be enforced."""
     if not NAME_RE.fullmatch(name or ""):
         raise InvalidInput(f"cluster name {name!r} is not valid",
                            "use 1-32 lower-case letters, digits and dashes, e.g. gpu-east")
@@ -93,16 +124,20 @@ def register_kubernetes_cluster(store: Store, name: str, kubeconfig: str,
     if any(c == name for c in _cluster_names(store)):
         raise InvalidInput(f"a cluster named {name!r} already exists",
                            "choose another name or delete the existing cluster first")
-    groups, queue_found = _probe(cluster, queue)
+    nodes, queue_found = _probe(cluster, queue)
+    groups = groups_from_kubernetes(nodes)
     if not groups:
         raise InvalidInput(f"cluster {name!r} has no schedulable nodes",
                            "add nodes to it (or uncordon them) and register again")
     cluster.config["node_groups"] = [g.to_dict() for g in groups]
+    fence = network_policy_support(nodes, _daemonsets(cluster))
+    network_line = _network_policy_line(cluster, fence, unenforced_ok)
+    cluster.config[NETWORK_POLICY_KEY] = fence.setting
     level = _enforced_level(cluster)
     if level:
         cluster.config[POD_SECURITY_KEY] = level  # deploy checks its pods against it
     save_cluster(store, cluster, create=True)
-    return Registration(cluster, groups, queue_found, *_pod_security_lines(cluster, groups, level))
+    return Registration(cluster, groups, queue_found, *_pod_security_lines(cluster, groups, level), network_line)
 
 
 def _enforced_level(cluster: Cluster) -> str | None:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from core.backends.local.backend import LocalBackend
 from core.state import paths
@@ -48,3 +49,12 @@ def test_delete_does_not_kill_an_unrelated_process_named_in_supervisor_pid(geotr
     finally:
         bystander.kill()
         bystander.wait()
+
+
+@pytest.mark.parametrize("text", ["abc", "9" * 5000, "\u0661", ""])
+def test_an_exit_code_file_that_is_not_a_number_reads_as_a_failure(geotrain_home, text):
+    run_dir = paths.home() / "workspaces" / "gpt-neo-abcdef"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "exit_code").write_text(text)  # the run dir is the workers' cwd: they could write it
+    state = LocalBackend().status("gpt-neo-abcdef")
+    assert (state.status, state.exit_code) == ("FAILED", 70)

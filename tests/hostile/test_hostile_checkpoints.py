@@ -18,6 +18,7 @@ import os
 import pickle
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -122,21 +123,30 @@ def test_a_checkpoint_that_is_not_a_state_mapping_is_refused(planted, why, local
     assert why in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("payload", ["os.system", "subprocess.call"])
-def test_a_planted_checkpoint_on_the_hub_is_refused_and_runs_nothing(payload, tmp_path, monkeypatch, capsys):
+@contextmanager
+def _mirror_holding_step_8(repo: str, tmp_path: Path, monkeypatch):
+    """HubStandIn as the workspace's recovery.hf_repo, holding a good step 8 that node-a wrote."""
     hub = HubStandIn()
     monkeypatch.setenv("HF_ENDPOINT", hub.start())
     monkeypatch.setenv("HF_TOKEN", "hf_standin_secret_0123456789")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    # a repo name of its own: huggingface_hub reads HF_HOME once per process, so another
-    # test's cached "team/run-ckpts" files would otherwise be served from its cache
-    repo = f"team/hostile-{payload.replace('.', '-')}"
     monkeypatch.setenv("GEOTRAIN_CHECKPOINT_HF_REPO", repo)
     monkeypatch.delenv("GEOTRAIN_CHECKPOINT_DIR", raising=False)
     try:
         first = CheckpointStore(tmp_path / "node-a", rank=0)
         first.save(8, _good(8))
         first.wait()
+        yield hub
+    finally:
+        hub.stop()
+
+
+@pytest.mark.parametrize("payload", ["os.system", "subprocess.call"])
+def test_a_planted_checkpoint_on_the_hub_is_refused_and_runs_nothing(payload, tmp_path, monkeypatch, capsys):
+    # a repo name of its own: huggingface_hub reads HF_HOME once per process, so another
+    # test's cached "team/run-ckpts" files would otherwise be served from its cache
+    repo = f"team/hostile-{payload.replace('.', '-')}"
+    with _mirror_holding_step_8(repo, tmp_path, monkeypatch) as hub:
         canary = tmp_path / "canary"
         staged = tmp_path / "staged" / "step_00000016" / "rank_0.pt"
         _plant(staged, {**_good(16), "x": _payloads(canary)[payload]}, "torch.save zip")
@@ -151,8 +161,39 @@ def test_a_planted_checkpoint_on_the_hub_is_refused_and_runs_nothing(payload, tm
         assert "step_00000016/rank_0.pt is refused" in err
         assert torch.equal(fresh.load(8)["model"]["w"], _good(8)["model"]["w"])
         assert not canary.exists()
-    finally:
-        hub.stop()
+
+
+def test_weights_planted_in_a_shared_hf_cache_are_not_resumed(tmp_path, monkeypatch, capsys):
+    """Issue 38.3: another workspace on the node plants plain weights (and a manifest that matches
+    them) in the HF cache where huggingface_hub would find the hub checkpoint; it returned them
+    unchecked, and the workspace resumed from them. Now the download bypasses every HF cache."""
+    import huggingface_hub.constants
+
+    shared = tmp_path / "node-cache" / "huggingface" / "hub"  # what HF_HOME on the node's cache meant
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(shared))  # read at import otherwise
+    with _mirror_holding_step_8("team/planted-cache", tmp_path, monkeypatch):
+        cached = shared / "models--team--planted-cache"
+        commit = "0" * 40  # the revision the stand-in names (X-Repo-Commit)
+        planted = cached / "snapshots" / commit / "checkpoints" / "step_00000008" / "rank_0.pt"
+        _plant(planted, {**_good(8), "model": {"w": torch.full((8,), 666.0)}}, "torch.save zip")
+        (cached / "refs").mkdir(parents=True)
+        (cached / "refs" / "main").write_text(commit)
+
+        resumed = CheckpointStore(tmp_path / "node-b", rank=0)  # the workspace, resumed on a fresh disk
+        assert resumed.newest_complete() == 8
+        assert torch.equal(resumed.load(8)["model"]["w"], _good(8)["model"]["w"])
+        assert not [p for p in (tmp_path / "node-b" / "checkpoints").iterdir() if p.name.startswith(".hub-")]
+
+
+def test_a_checkpoint_changed_after_its_check_is_refused_at_load(local_dir, tmp_path):
+    """Every load checks the manifest's sha256, not only newest_complete() before it."""
+    store = CheckpointStore(tmp_path / "out", rank=0)
+    store.save(8, _good(8))
+    assert store.newest_complete() == 8
+    torch.save({**_good(8), "model": {"w": torch.full((8,), 666.0)}}, rank_files(local_dir, 8, 0)[0])
+    with pytest.raises(CheckpointRefused, match=r"does not match the sha256 in its manifest rank_0\.json .*"
+                                                r"remove step_00000008 to resume from an older checkpoint"):
+        store.load(8)
 
 
 SPEC = {"cluster": "dc", "model": "gpt-neo", "size": "tiny", "preset": "none", "workers": 1, "steps": 5}

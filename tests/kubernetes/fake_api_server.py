@@ -1,7 +1,7 @@
 """A stand-in for a real Kubernetes API server (which cannot run here), over real HTTP.
 
-It keeps state like the real one (ConfigMaps, Secrets, PersistentVolumeClaims, Volcano
-Jobs, pods, PodGroups, nodes), answers with the real status codes and Status bodies, and streams pod logs
+It keeps state like the real one (ConfigMaps, Secrets, PersistentVolumeClaims, NetworkPolicies,
+Volcano Jobs, pods, PodGroups, nodes, DaemonSets), answers with the real status codes and Status bodies, and streams pod logs
 with chunked transfer encoding. The test plays kubelet and Volcano controller through
 its methods: create pods, write log chunks, restart or recreate containers.
 """
@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from tests.kubernetes.api_validation import claim_problem, policy_problem
+
 CORE = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims|events)"
 VOLCANO = r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/(?P<res>jobs)"
 PODGROUPS = r"/apis/scheduling\.volcano\.sh/v1beta1/namespaces/(?P<ns>[^/]+)/(?P<res>podgroups)"
-GROUP_OF = {"jobs": "batch.volcano.sh", "podgroups": "scheduling.volcano.sh"}
+NETWORKING = r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/(?P<res>networkpolicies)"
+GROUP_OF = {"jobs": "batch.volcano.sh", "podgroups": "scheduling.volcano.sh", "networkpolicies": "networking.k8s.io"}
+VOLCANO_RESOURCES = ("jobs", "podgroups")
+CLUSTER_LISTS = {"/api/v1/nodes": ("nodes", "", "NodeList", "v1"),  # path -> resource, group, kind, version
+                 "/apis/apps/v1/daemonsets": ("daemonsets", "apps", "DaemonSetList", "apps/v1")}
 
 
 def rfc3339nano(ns: int) -> str:
@@ -41,6 +47,7 @@ class FakeKubeAPI:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.nodes: list[dict] = []
+        self.daemonsets: list[dict] = []  # every namespace's (the network plugin's among them)
         self.logs: dict[tuple[str, str, int], LogBuffer] = {}
         self.volcano_installed = True
         self.queues = {"default", "geotrain"}
@@ -219,21 +226,6 @@ def _fields_match(obj: dict, selector: str) -> bool:
     return True
 
 
-def _claim_problem(claim: dict) -> str:
-    """What the real API server's PVC validation says (k8s pkg/apis/core/validation
-    ValidatePersistentVolumeClaimSpec): access modes and a storage request are required."""
-    spec = claim.get("spec") or {}
-    modes = spec.get("accessModes") or []
-    if not modes:
-        return "spec.accessModes: Required value: at least 1 access mode is required"
-    allowed = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
-    if any(mode not in allowed for mode in modes):
-        return f"spec.accessModes: Unsupported value: {modes[0]!r}"
-    if "storage" not in ((spec.get("resources") or {}).get("requests") or {}):
-        return "spec.resources[storage]: Required value"
-    return ""
-
-
 def _status(code: int, reason: str, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
@@ -269,12 +261,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = url.path
         if path == "/apis/batch.volcano.sh/v1alpha1" and method == "GET":
             return self._discovery()
-        if path == "/api/v1/nodes":
-            if ("GET", "nodes") in self.fake.forbidden:
-                return self._send(403, _status(403, "Forbidden", 'nodes is forbidden: User "dev" '
-                                               'cannot list resource "nodes" in API group "" at the cluster scope'))
-            return self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
-                                    "items": self.fake.nodes})
+        if path in CLUSTER_LISTS:
+            return self._cluster_list(*CLUSTER_LISTS[path])
         namespace = re.fullmatch(r"/api/v1/namespaces/([^/]+)", path)
         if namespace and method == "GET":
             return self._namespace(namespace[1])
@@ -284,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200 if found else 404,
                               {"metadata": {"name": queue[1]}} if found else
                               _status(404, "NotFound", f'queues.scheduling.volcano.sh "{queue[1]}" not found'))
-        for pattern in (CORE, VOLCANO, PODGROUPS):
+        for pattern in (CORE, VOLCANO, PODGROUPS, NETWORKING):
             match = re.fullmatch(pattern + r"(?:/(?P<name>[^/]+))?(?P<log>/log)?", path)
             if match:
                 return self._resource(method, match["res"], match["ns"], match["name"],
@@ -309,6 +297,14 @@ class _Handler(BaseHTTPRequestHandler):
                          "resources": [{"name": "jobs", "singularName": "job", "namespaced": True,
                                         "kind": "Job", "verbs": ["create", "delete", "get", "list"]}]})
 
+    def _cluster_list(self, res: str, group: str, kind: str, version: str) -> None:
+        """GET a cluster-scoped list (nodes, every namespace's DaemonSets); 403 when forbidden."""
+        if ("GET", res) in self.fake.forbidden:
+            return self._send(403, _status(403, "Forbidden", f'{res}{"." + group if group else ""} is forbidden: '
+                                           f'User "dev" cannot list resource "{res}" in API group "{group}" at the '
+                                           "cluster scope"))
+        self._send(200, {"kind": kind, "apiVersion": version, "metadata": {}, "items": getattr(self.fake, res)})
+
     def _namespace(self, name: str) -> None:
         """GET one namespace: its labels carry the Pod Security levels."""
         if ("GET", "namespaces") in self.fake.forbidden:
@@ -322,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _resource(self, method: str, res: str, ns: str, name: str | None, log: bool, query: dict) -> None:
         fake = self.fake
-        if res in GROUP_OF and not fake.volcano_installed:
+        if res in VOLCANO_RESOURCES and not fake.volcano_installed:
             return self._send(404, b"404 page not found")
         if (method, res) in fake.forbidden:
             verb = {"POST": "create", "GET": "get" if name else "list", "DELETE": "delete"}[method]
@@ -340,9 +336,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if key in fake.objects:
                     return self._send(409, _status(409, "AlreadyExists",
                                                    f'{res} "{key[2]}" already exists'))
-                invalid = _claim_problem(obj) if res == "persistentvolumeclaims" else ""
+                check = {"persistentvolumeclaims": claim_problem, "networkpolicies": policy_problem}.get(res)
+                invalid = check(obj) if check else ""
                 if invalid:
-                    return self._send(422, _status(422, "Invalid", f'PersistentVolumeClaim '
+                    return self._send(422, _status(422, "Invalid", f'{obj.get("kind")} '
                                                    f'"{key[2]}" is invalid: {invalid}'))
                 if res == "persistentvolumeclaims":
                     obj["status"] = {"phase": "Pending"}  # bound later by a provisioner

@@ -127,7 +127,7 @@ def test_a_failed_deploy_removes_the_claim_it_made(fake, cluster):
 
 def test_the_stand_in_refuses_a_claim_the_real_api_server_would():
     # k8s pkg/apis/core/validation/validation.go ValidatePersistentVolumeClaimSpec
-    from tests.kubernetes.fake_api_server import _claim_problem
+    from tests.kubernetes.api_validation import claim_problem as _claim_problem
 
     assert "accessModes" in _claim_problem({"spec": {"resources": {"requests": {"storage": "1Gi"}}}})
     assert "storage" in _claim_problem({"spec": {"accessModes": ["ReadWriteOnce"]}})

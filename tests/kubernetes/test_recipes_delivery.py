@@ -94,7 +94,7 @@ def test_the_pods_run_the_upstream_image_with_the_recipes_on_their_python_path(j
 
 def test_a_custom_image_gets_no_configmaps_and_no_install():
     out, job = _render(image="registry.example.com/team/recipes:2.0")
-    assert [m["kind"] for m in out] == ["ConfigMap", "Job"]  # the config only
+    assert [m["kind"] for m in out] == ["ConfigMap", "NetworkPolicy", "Job"]  # the config only (and the fence)
     for _, pod in pod_specs(job):
         assert "PYTHONPATH" not in _env(pod) and "GEOTRAIN_DEPS" not in _trainer(pod)["command"][2]
         assert "recipes-src" not in {v["name"] for v in pod["volumes"]}
@@ -240,12 +240,31 @@ def test_the_dataset_cache_is_a_node_directory_the_recipes_write_to():
     for _, pod in pod_specs(job):
         volume = next(v for v in pod["volumes"] if v["name"] == "datasets")
         assert volume["hostPath"] == {"path": delivery.DEFAULT_DATASET_CACHE, "type": "DirectoryOrCreate"}
-        assert _env(pod)["HF_HOME"] == f"{delivery.DATASET_MOUNT}/huggingface"
+        assert _env(pod)["HF_HOME"] == delivery.POD_HF_HOME
         owner = next(i for i in pod["initContainers"] if i["name"] == "cache-owner")
         assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     mine = {"model": "gpt-neo", "size": "tiny", "data": {"source": "c4", "cache_dir": "/scratch/mine"}}
     out, _ = _render(workers=2, groups=[NodeGroup("cpu", 0, ("a", "b"))], config=mine)
     assert yaml.safe_load(out[0]["data"]["config.yaml"])["data"]["cache_dir"] == "/scratch/mine"
+
+
+def test_nothing_a_workspace_pulls_for_itself_sits_in_the_shared_cache():
+    """Issue 38.3: with HF_HOME on the node's shared cache, a checkpoint pulled from recovery.hf_repo
+    landed where every workspace on the node could replace it, and huggingface_hub returns cached
+    files unchecked (a workspace resumed with planted weights). HF_HOME is the pod's own now; only
+    public data is prepared in the shared cache."""
+    groups = [NodeGroup("cpu", 0, ("a", "b"))]
+    _, job = _render(workers=2, groups=groups, recovery={"hf_repo": "team/ckpts"}, tokens={"hf": "r"})
+    for _, pod in pod_specs(job):
+        home = _env(pod)["HF_HOME"]
+        assert not home.startswith(delivery.DATASET_MOUNT)
+        work = next(m for m in _trainer(pod)["volumeMounts"] if home.startswith(m["mountPath"] + "/"))
+        assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == work["name"])  # the pod's own
+        assert not [e for e in _trainer(pod)["env"] if str(e.get("value")).startswith(delivery.DATASET_MOUNT + "/")]
+    for own in ({"path": "/data/mine"}, {"hub_name": "team/private-corpus"}, {"eval_path": "/data/held"}):
+        config = {"model": "gpt-neo", "size": "tiny", "data": {"source": "c4", **own}}
+        out, _ = _render(workers=2, groups=groups, config=config)
+        assert yaml.safe_load(out[0]["data"]["config.yaml"])["data"].get("cache_dir", "cache") == "cache", own
 
 
 @pytest.mark.parametrize("value, found", [("/etc/geotrain", "a directory of its own"), ("/var/lib", "a directory of its own"),

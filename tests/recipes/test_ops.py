@@ -49,6 +49,17 @@ def test_uploader_creates_repo_once_and_uploads_in_order(tmp_path):
                          ("upload_file", "checkpoints/step_00000020/rank_0.pt", "me/run")]
 
 
+def test_the_manifest_goes_up_after_its_checkpoint_so_a_pull_can_be_checked(tmp_path):
+    hub = RecordingHub()
+    path = _checkpoint(tmp_path, 10)
+    path.with_suffix(".json").write_text('{"sha256": "..."}')  # recipes.checkpoint_store writes it
+    up = HubUploader("me/run", api=hub)
+    up.upload(path)
+    up.wait()
+    assert hub.calls[1:] == [("upload_file", "checkpoints/step_00000010/rank_0.pt", "me/run"),
+                             ("upload_file", "checkpoints/step_00000010/rank_0.json", "me/run")]
+
+
 def test_upload_failure_is_reported_redacted_and_later_uploads_go_on(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", HF_SECRET)
     hub = RecordingHub(fail_first=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -44,6 +45,16 @@ VANISHED = "its supervisor process vanished"
 
 def _cuda_available() -> bool:
     return shutil.which("nvidia-smi") is not None
+
+
+def _exit_code(path: Path) -> int:
+    """The supervisor's exit code; anything but a short integer (the run directory is open to
+    the workers, which might write there) reads as 70, a failure."""
+    try:
+        text = path.read_text(errors="replace")[:16].strip()
+    except OSError:
+        return 70
+    return int(text) if re.fullmatch(r"-?[0-9]{1,4}", text) else 70
 
 
 class LocalBackend(Backend):
@@ -176,7 +187,7 @@ class LocalBackend(Backend):
             return WorkspaceState(Status.DELETED.value, "its files are gone")
         exit_file = run_dir / "exit_code"
         if exit_file.exists():
-            code = int(exit_file.read_text() or 70)
+            code = _exit_code(exit_file)
             workers = self._workers(run_dir, Status.COMPLETED.value if code == 0 else Status.FAILED.value)
             if code == 0:
                 return WorkspaceState(Status.COMPLETED.value, "", workers, 0)
