@@ -16,7 +16,7 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from core.bootstrap import failures, packages, services, versions
+from core.bootstrap import checksums, failures, packages, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
@@ -111,16 +111,18 @@ def verdict(facts: dict, k3s_version: str) -> str:
     return "ok" if have and versions.containerd_supported(have, k3s_version) else "install"
 
 
-def release_command(arch: str, tarball: str | None) -> str:
-    """Unpack the pinned release into /usr/local; a download is checked against its sha256."""
+def release_command(arch: str, tarball: str | None, want: str | None = None) -> str:
+    """Unpack the pinned release into /usr/local; a download is checked against its known
+    sha256 (`want`; None only with --insecure-skip-checksum: the release's own list)."""
     work = download_path(arch)
     if tarball:
         fetch = f"test -f {shlex.quote(work)}"
     else:
         url, sums = versions.containerd_urls(arch)
-        fetch = (f"mkdir -p -m 700 {DOWNLOADS} && curl -sfL --retry 3 -o {shlex.quote(work)} {shlex.quote(url)} && curl -sfL "
-                 f"--retry 3 {shlex.quote(sums)} | sed {shlex.quote('s# .*# ' + work + '#')}"
-                 " | sha256sum -c -")
+        own_list = (f"curl -sfL --retry 3 {shlex.quote(sums)} | sed {shlex.quote('s# .*# ' + work + '#')}"
+                    " | sha256sum -c -")
+        fetch = (f"mkdir -p -m 700 {DOWNLOADS} && curl -sfL --retry 3 -o {shlex.quote(work)} {shlex.quote(url)}"
+                 f" && {checksums.verify_download(want, shlex.quote(work), own_list)}")
     return f"{fetch} && tar -C {PREFIX} -xzf {shlex.quote(work)} bin/ && rm -f {shlex.quote(work)}"
 
 
@@ -137,15 +139,22 @@ def bundle_tarball(bundle: str | None, arch: str) -> Path | None:
 
 
 def _install_release(ctx: DeployContext, target: NodeTarget, arch: str) -> str:
-    local = bundle_tarball(ctx.plan.k3s.bundle, arch)
+    local, options = bundle_tarball(ctx.plan.k3s.bundle, arch), ctx.plan.k3s
+    name, dry_run = versions.containerd_tarball(arch), target.session.dry_run
+    want = checksums.expected(options, name)
+    if not (local or want or options.insecure_skip_checksum or dry_run):
+        raise StepFailed(checksums.missing_message(options, name))
     if local:
+        data = local.read_bytes()
+        if not dry_run:  # checked before it reaches the node
+            checksums.check_bytes(options, name, data, f"air-gap bundle file {local}")
         target.session.change(f"mkdir -p -m 700 {DOWNLOADS}", what="creating the download dir")
-        target.session.put(download_path(arch), local.read_bytes(), mode=0o600)
+        target.session.put(download_path(arch), data, mode=0o600)
     what = f"installing containerd {versions.CONTAINERD_VERSION} ({arch})"
     if local:
         target.session.change(release_command(arch, str(local)), timeout=900, what=what)
     else:  # a failed download names what its exit code means and offers the bundle
-        failures.download(target.session, release_command(arch, None), what, arch)
+        failures.download(target.session, release_command(arch, None, want), what, arch)
     if target.facts.get("init", {}).get("systemd") and target.session.ensure_file(UNIT_PATH, UNIT, mode=0o644):
         target.session.change("systemctl daemon-reload", what="reloading systemd")
     target.state["containerd_release"] = versions.CONTAINERD_VERSION

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from core.bootstrap import failures, services, versions
+from core.bootstrap import checksums, failures, services, versions
 from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.runner import Phase, Step
@@ -228,31 +228,49 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
     if plan.k3s.version in have.split():
         return f"k3s {plan.k3s.version} present"
     arch = _arch(target)
+    want = checksums.expected(plan.k3s, versions.k3s_asset(arch))
+    if not (plan.k3s.bundle or want or plan.k3s.insecure_skip_checksum or session.dry_run):
+        raise StepFailed(checksums.missing_message(plan.k3s, versions.k3s_asset(arch)))
+    if session.dry_run and not (want or plan.k3s.insecure_skip_checksum):
+        want = f"no-sha256-known-for-{versions.k3s_asset(arch)}"  # shown as the real run refuses
+    blobs = _bundle_blobs(plan, arch, session.dry_run) if plan.k3s.bundle else None
     target.facts["k3s_changed"] = True  # a new binary: the service restarts on it
     session.change(f"mkdir -p {shlex.quote(plan.k3s.bin_dir)} {IMAGES_DIR}",
                    what="creating k3s dirs")
-    if plan.k3s.bundle:
-        local, images = bundle_files(Path(plan.k3s.bundle), arch)
-        session.put(binary, local.read_bytes(), mode=0o755)
+    if blobs:
+        (local, data), images = blobs[0], blobs[1]
+        session.put(binary, data, mode=0o755)
         if images is None:
             return f"k3s installed from bundle {plan.k3s.bundle} ({arch}; images pulled)"
-        remote = f"{IMAGES_DIR}/{images.name}"
-        session.put(remote, images.read_bytes(), mode=0o644)
+        remote = f"{IMAGES_DIR}/{images[0].name}"
+        session.put(remote, images[1], mode=0o644)
         session.change(f"ctr --address {SOCKET} -n k8s.io images import {shlex.quote(remote)}",
-                       timeout=900, what=f"importing {images.name}")
+                       timeout=900, what=f"importing {images[0].name}")
         return f"k3s installed from bundle {plan.k3s.bundle} ({arch})"
-    failures.download(session, download_command(plan.k3s.version, arch, binary),
+    failures.download(session, download_command(plan.k3s.version, arch, binary, want),
                       f"downloading k3s ({arch})", arch)
     return f"k3s {plan.k3s.version} downloaded ({arch})"
 
 
-def download_command(version: str, arch: str, binary: str) -> str:
-    """Fetch the `arch` binary and check it against the same architecture's checksum list."""
+def _bundle_blobs(plan: ClusterPlan, arch: str, dry_run: bool):
+    """((binary, bytes), (images, bytes) or None): read once and, in a real run, checked
+    against the known sha256 before anything reaches the node."""
+    local, images = bundle_files(Path(plan.k3s.bundle), arch)
+    blobs = [(path, path.read_bytes()) for path in (local, images) if path is not None]
+    for path, data in blobs if not dry_run else ():
+        checksums.check_bytes(plan.k3s, path.name, data, f"air-gap bundle file {path}")
+    return blobs[0], (blobs[1] if images is not None else None)
+
+
+def download_command(version: str, arch: str, binary: str, want: str | None) -> str:
+    """Fetch the `arch` binary and check it against its known sha256 (`want`); None (only
+    with --insecure-skip-checksum): against the release's own checksum list."""
     url, sums = versions.k3s_urls(version, arch)
     asset, part = versions.k3s_asset(arch), shlex.quote(binary + ".download")
+    own_list = (f"curl -sfL --retry 3 {shlex.quote(sums)} | grep {shlex.quote(' ' + asset + '$')}"
+                f" | sed {shlex.quote('s# ' + asset + '$# ' + binary + '.download#')} | sha256sum -c -")
     return (f"curl -sfL --retry 3 -o {part} {shlex.quote(url)}"
-            f" && curl -sfL --retry 3 {shlex.quote(sums)} | grep {shlex.quote(' ' + asset + '$')}"
-            f" | sed {shlex.quote('s# ' + asset + '$# ' + binary + '.download#')} | sha256sum -c -"
+            f" && {checksums.verify_download(want, part, own_list)}"
             f" && chmod 755 {part} && mv {part} {shlex.quote(binary)}")
 
 

@@ -43,6 +43,8 @@ class NodeSpec:
 class K3sOptions:
     version: str = versions.K3S_VERSION
     bundle: str | None = None  # air-gap: k3s[-arm64], k3s-airgap-images-<arch>.tar, containerd
+    sha256: dict[str, str] = field(default_factory=dict)  # file name -> the user's --sha256
+    insecure_skip_checksum: bool = False  # install files no known hash vouches for
     bin_dir: str = "/usr/local/bin"
     config_dir: str = "/etc/rancher/k3s"
     api_timeout: float = 300.0

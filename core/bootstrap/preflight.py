@@ -6,7 +6,9 @@ told what this deploy asks of the node: its role's ports, our WireGuard, the dis
 
 from __future__ import annotations
 
-from core.bootstrap import containerd, versions
+from pathlib import Path
+
+from core.bootstrap import checksums, containerd, versions
 from core.bootstrap.plan import FACTS_KEY, ClusterPlan, DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
@@ -40,13 +42,30 @@ def containerd_blockers(plan: ClusterPlan, facts: dict, steps: list[str]) -> lis
             "yourself"]
 
 
+def checksum_blockers(plan: ClusterPlan, facts: dict, steps: list[str]) -> list[str]:
+    """A release file this run would install with no known sha256, or a bundle file that
+    does not match it (core.bootstrap.checksums): refused before anything changes."""
+    try:
+        arch = versions.release_arch(facts.get("system", {}).get("arch"))
+    except versions.UnsupportedArch:
+        return []  # the pool's rules already block the node
+    names = []
+    if "containerd" in steps and containerd.verdict(facts, plan.k3s.version) == "install":
+        names.append(versions.containerd_tarball(arch))
+    if "k3s" in steps and (facts.get("k3s") or {}).get("version") != plan.k3s.version:
+        names.append(versions.k3s_asset(arch))
+        if plan.k3s.bundle and (Path(plan.k3s.bundle) / versions.airgap_images(arch)).is_file():
+            names.append(versions.airgap_images(arch))  # absent: the nodes pull the images
+    return checksums.problems(plan, arch, names)
+
+
 def blockers(plan: ClusterPlan, target: NodeTarget, facts: dict,
              steps: list[str] | None = None) -> list[str]:
-    """Everything that stops this node from joining, each with what to do."""
     """Everything that stops this node from joining, each with what to do: the pool's rules,
-    and the containerd this run's k3s needs."""
+    the containerd this run's k3s needs, and the release files it may install."""
     return (policy.blockers(facts, context(plan, target))
-            + containerd_blockers(plan, facts, list(steps or [])))
+            + containerd_blockers(plan, facts, list(steps or []))
+            + checksum_blockers(plan, facts, list(steps or [])))
 
 
 def _check(ctx: DeployContext, target: NodeTarget) -> str:

@@ -21,6 +21,14 @@ K3S_RELEASES = "https://github.com/k3s-io/k3s/releases/download"
 # (v1.10 stops at 1.30; v1.12 adds 1.32). Pair by Kubernetes minor.
 VOLCANO_FOR_K8S = {"1.30": "v1.10.0", "1.31": "v1.11.0", "1.32": "v1.12.0"}
 VOLCANO_SOURCE = "https://github.com/volcano-sh/volcano#kubernetes-compatibility"
+# sha256 of installer/volcano-development.yaml at each tag of github.com/volcano-sh/volcano
+# (read from the repository at the tag); the paired release for K3S_VERSION ships with
+# geotrain (core/bootstrap/volcano-v1.11.0.yaml), the others are downloaded and checked.
+VOLCANO_MANIFEST_SHA256 = {
+    "v1.10.0": "98fbe65dd8344308284e91ada82fb025b0514fe6b173ea02013398b236876b2c",
+    "v1.11.0": "4610903de0d1a0e6c032604d5f909bbed51a63b6886ca488f8acdb8974edfef3",
+    "v1.12.0": "09ec9fd4679806b89938f0c6fe068eaebf428f237ff1e1992b63a82a94efcee2",
+}
 
 # containerd: RELEASES.md, "Kubernetes Support" (containerd/containerd RELEASES.md):
 #   1.30: 2.1.0+, 2.0.0+, 1.7.13+, 1.6.28+   1.31: 2.1.0+, 2.0.0+, 1.7.20+, 1.6.34+
@@ -35,6 +43,22 @@ CONTAINERD_SOURCE = "https://github.com/containerd/containerd/blob/main/RELEASES
 # 1.7.x keeps our `version = 2` config format; 1.7.24 is supported for 1.31 and 1.32.
 CONTAINERD_VERSION = "1.7.24"
 CONTAINERD_RELEASES = "https://github.com/containerd/containerd/releases/download"
+
+# The sha256 of each release file geotrain installs, by (release version, file name): a
+# download or an air-gap bundle file is installed only when it matches (core.bootstrap.checksums).
+# A value is pinned only where a public source other than the release itself gives it for
+# exactly that version, cited beside it; a file without one needs the user's `--sha256
+# NAME=HEX` (or --insecure-skip-checksum). Never the checksum list served beside the file.
+RELEASE_SHA256 = {
+    # kubernetes-sigs/kubespray roles/kubespray-defaults/defaults/main/checksums.yml,
+    # containerd_archive_checksums (commit 54a01f277, "Containerd upgrade to 1.7.24")
+    ("1.7.24", "containerd-1.7.24-linux-amd64.tar.gz"):
+        "1a94f15139f37633f39e24f08a4071f4533b285df3cbee6478972d26147bcaef",
+    ("1.7.24", "containerd-1.7.24-linux-arm64.tar.gz"):
+        "420406d2b34ebb422ab3755fbeede59bf3bfcfccf5cfa584b558c93769d99064",
+    # k3s v1.31.4+k3s1 (k3s, k3s-arm64, k3s-airgap-images-<arch>.tar): no public source
+    # besides the release's own sha256sum-<arch>.txt was found: not pinned.
+}
 
 # NVIDIA: https://github.com/NVIDIA/k8s-device-plugin/releases/tag/v0.17.0
 NVIDIA_PLUGIN_VERSION = "v0.17.0"

@@ -1,8 +1,13 @@
 """Volcano (the batch scheduler workspaces run on), its `geotrain` queue, GPU plugins.
 
-Applied from the server node with k3s's kubectl: the release manifest by URL, or a local
-copy (for air-gapped sites) copied over first. Each part is applied only when missing
-or at another version, and waits for the scheduler are bounded.
+Applied from the server node with k3s's kubectl, as cluster-admin, so only a manifest whose
+sha256 is known is applied: the release paired with K3S_VERSION ships with geotrain
+(volcano-v1.11.0.yaml: installer/volcano-development.yaml of github.com/volcano-sh/volcano at
+tag v1.11.0, byte for byte, Apache License 2.0, Copyright The Volcano Authors) and is
+uploaded; another paired release is downloaded on the server and checked against
+versions.VOLCANO_MANIFEST_SHA256 before it is applied; a local copy the user passes
+(--volcano-manifest, e.g. with mirrored images) is theirs and applied as given. Each part
+is applied only when missing or at another version, and waits for the scheduler are bounded.
 """
 
 from __future__ import annotations
@@ -10,7 +15,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from core.bootstrap import failures, k3s, services, versions
+import hashlib
+
+from core.bootstrap import checksums, failures, k3s, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
@@ -39,26 +46,62 @@ def _scheduler(ctx: DeployContext, target: NodeTarget) -> str:
                          " -o jsonpath='{.spec.template.spec.containers[0].image}' 2>/dev/null")
     if image.ok and image.stdout.strip().endswith(f":{plan.volcano.version}"):
         return f"Volcano {plan.volcano.version} present"
-    if plan.volcano.manifest:
-        local = Path(plan.volcano.manifest)
-        if not local.is_file():
-            raise StepFailed(f"Volcano manifest {local} not found: pass the path of a copy of "
-                             "volcano-development.yaml")
-        source = f"{REMOTE_DIR}/volcano.yaml"
-        session.change(f"mkdir -p {REMOTE_DIR}", what="creating the manifest dir")
-        session.put(source, local.read_text(), mode=0o644)
-    else:
-        source = MANIFEST_URL.format(version=plan.volcano.version)
+    source = _manifest_on_server(plan.volcano.version, plan.volcano.manifest, session)
     applied = session.change(f"{kubectl} apply --server-side --force-conflicts -f {shlex.quote(source)}",
                              timeout=300, check=False, what="applying the Volcano manifest")
     if not applied.ok:
         raise StepFailed(failures.apply_failure("applying the Volcano manifest", applied, session,
-                                                downloaded=not plan.volcano.manifest))
+                                                downloaded=False))
     for name in DEPLOYMENTS:
         services.wait_until(target, f"{kubectl} -n volcano-system rollout status deployment/{name}"
                             " --timeout=10s >/dev/null 2>&1", f"Volcano's {name} to be available",
                             timeout=plan.volcano.timeout, interval=2)
     return f"Volcano {plan.volcano.version} applied"
+
+
+def shipped_manifest(version: str) -> bytes | None:
+    """The release manifest geotrain ships for `version`, checked against its pin; None: none shipped."""
+    path = Path(__file__).parent / f"volcano-{version}.yaml"
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != versions.VOLCANO_MANIFEST_SHA256.get(version):
+        raise StepFailed(f"geotrain's copy of the Volcano {version} manifest ({path}) is not the "
+                         "release's: reinstall geotrain")
+    return data
+
+
+def _manifest_on_server(version: str, local: str | None, session) -> str:
+    """Put the manifest on the server (a file, never a URL for kubectl); returns its path."""
+    source = f"{REMOTE_DIR}/volcano-{version}.yaml"
+    session.change(f"mkdir -p {REMOTE_DIR}", what="creating the manifest dir")
+    if local:
+        if not Path(local).is_file():
+            raise StepFailed(f"Volcano manifest {local} not found: pass the path of a copy of "
+                             "volcano-development.yaml")
+        session.put(source, Path(local).read_text(), mode=0o644)
+        return source
+    shipped = shipped_manifest(version)
+    if shipped is not None:
+        session.put(source, shipped, mode=0o644)
+        return source
+    want = versions.VOLCANO_MANIFEST_SHA256.get(version)
+    if want is None:
+        raise StepFailed(f"no sha256 is known for the Volcano {version} manifest, and geotrain "
+                         "applies none unverified as cluster-admin: pass a copy you checked with "
+                         "--volcano-manifest FILE")
+    part = shlex.quote(source + ".download")
+    fetched = session.change(f"curl -sfL --retry 3 -o {part} "
+                             f"{shlex.quote(MANIFEST_URL.format(version=version))} && "
+                             f"{checksums.verify_download(want, part, 'false')} && "
+                             f"mv {part} {shlex.quote(source)}", timeout=300, check=False,
+                             what=f"downloading the Volcano {version} manifest")
+    if not fetched.ok:
+        raise StepFailed(f"downloading the Volcano {version} manifest failed (exit code "
+                         f"{fetched.exit_code}: no way out, or not the release's file): download "
+                         "installer/volcano-development.yaml at that tag elsewhere and pass it "
+                         "with --volcano-manifest FILE")
+    return source
 
 
 def _queue(ctx: DeployContext, target: NodeTarget) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from core.bootstrap import STEP_NAMES
 from core.bootstrap.deploy import DeployResult, build_plan, deploy
+from core.bootstrap.checksums import parse_given
 from core.bootstrap.failures import check_bundle
 from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
@@ -35,6 +36,11 @@ def register(groups) -> None:
                    "(k3s-arm64 for arm64), k3s-airgap-images-<arch>.tar (plain .tar, not .zst) and "
                    "containerd-<version>-linux-<arch>.tar.gz")
     p.add_argument("--volcano-manifest", metavar="FILE", help="a local volcano-development.yaml")
+    p.add_argument("--sha256", action="append", default=[], metavar="FILE=HEX",
+                   help="the sha256 of a release file geotrain pins none for (e.g. k3s=…, "
+                   "k3s-airgap-images-amd64.tar=…), checked before it is installed (repeatable)")
+    p.add_argument("--insecure-skip-checksum", action="store_true",
+                   help="install release files no pinned or given sha256 vouches for")
     p.add_argument("--pull-images", action="store_true",
                    help="pull the workspace image into every node's containerd (the `images` step)")
     p.add_argument("--image", metavar="REF", help="the cluster's own workspace image (default: the "
@@ -128,6 +134,10 @@ def cmd_deploy(args) -> int:
             raise InvalidInput(f"--volcano-manifest {args.volcano_manifest} is not a file",
                                "give the path of a copy of volcano-development.yaml")
         plan.volcano.manifest = str(Path(args.volcano_manifest).resolve())
+    if args.sha256:
+        plan.k3s.sha256 = {**plan.k3s.sha256, **parse_given(args.sha256, plan.k3s.version)}
+    if args.insecure_skip_checksum:
+        plan.k3s.insecure_skip_checksum = True
     if args.pull_images:
         plan.prepull = True
     if args.image:

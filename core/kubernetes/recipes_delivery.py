@@ -6,8 +6,10 @@ On the default (upstream PyTorch) image:
   (`<job>-recipes-<n>`, each under Kubernetes' 1 MiB cap; only .py/.yaml files, no
   symlinks, size-limited), projected read-only at SOURCE_DIR, on PYTHONPATH; created and
   deleted with the workspace;
-- the few pure-Python dependencies the recipes import beyond torch are installed at pod
-  start with `pip install --target` into a per-node cache (`/var/lib/geotrain/pydeps/<key>`,
+- the dependencies the recipes import beyond torch are installed at pod start from the
+  recipes' lock file (recipes/requirements.lock: every package pinned, every file's sha256,
+  `pip install --require-hashes`, so neither PyPI nor a mirror can hand a pod other code)
+  with `pip install --target` into a per-node cache (`/var/lib/geotrain/pydeps/<key>`,
   hostPath), once per node and image under a file lock, so later pods and workspaces reuse
   them. The nodes need PyPI (or the cluster's `pip_index_url`, a mirror) the first time;
   where the namespace's Pod Security forbids node directories, an emptyDir per pod instead.
@@ -48,7 +50,8 @@ DEFAULT_DATASET_CACHE = "/var/lib/geotrain/datasets"
 POD_HF_HOME = "/workspace/.cache/huggingface"  # in the pod's own emptyDir (manifests.WORK_DIR)
 PUBLIC_HUB_DATASETS = (None, "allenai/c4")  # data.hub_name values whose text may be cached for all
 PART_LABEL = "geotrain.io/part"
-SOURCE_SUFFIXES = (".py", ".yaml")
+SOURCE_SUFFIXES = (".py", ".yaml", ".lock")
+LOCK_FILE = "recipes/requirements.lock"  # pip-compile --generate-hashes of recipes/requirements.in
 MAX_FILE_BYTES = 256 << 10
 MAX_TOTAL_BYTES = 4 << 20
 CONFIG_MAP_BYTES = 900 << 10  # under the API server's 1 MiB per object, with room for metadata
@@ -69,7 +72,7 @@ FIND_PYTHON = 'py=$(command -v python3 || command -v python) || { echo "geotrain
 INSTALL_DEPS = """\
 "$py" - <<'GEOTRAIN_DEPS' || exit 1
 import fcntl, os, shutil, subprocess, sys
-deps, reqs = os.environ["GEOTRAIN_DEPS_DIR"], os.environ["GEOTRAIN_REQUIREMENTS"].split()
+deps, pins = os.environ["GEOTRAIN_DEPS_DIR"], os.environ["GEOTRAIN_REQUIREMENTS"]
 if not os.path.isfile(os.path.join(deps, ".complete")):
     os.makedirs(os.path.dirname(deps), exist_ok=True)
     with open(deps + ".lock", "w") as lock:
@@ -79,9 +82,9 @@ if not os.path.isfile(os.path.join(deps, ".complete")):
             part = deps + ".part"
             shutil.rmtree(part, ignore_errors=True)
             cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-cache-dir",
-                   "--disable-pip-version-check", "--target", part, *reqs]
+                   "--disable-pip-version-check", "--target", part, "--require-hashes", "-r", pins]
             if subprocess.call(cmd) != 0:
-                print("geotrain: pip could not install " + " ".join(reqs) + ": the node needs PyPI "
+                print("geotrain: pip could not install the locked " + pins + " (a file whose sha256 differs is refused): the node needs PyPI "
                       "(or set the cluster's pip_index_url to a mirror), or deploy with --image "
                       "and an image that has them", file=sys.stderr, flush=True)
                 sys.exit(1)
@@ -187,7 +190,8 @@ def source_selector(workspace_label: str) -> str:
 
 def deps_key(image: str) -> str:
     """The node cache directory's name: one per image and requirement list (wheels differ by Python)."""
-    return hashlib.sha256("\n".join((image, *REQUIREMENTS)).encode()).hexdigest()[:16]
+    lock = (recipes_root().parent / LOCK_FILE).read_text()
+    return hashlib.sha256("\n".join((image, lock)).encode()).hexdigest()[:16]
 
 
 def dataset_cache_dir(cluster_config: dict) -> str | None:
@@ -256,7 +260,7 @@ def add_delivery(pod: dict[str, Any], container: dict[str, Any], image: str, del
     pod["volumes"].append({"name": "pydeps", "hostPath": {"path": DEPS_HOST_PATH, "type": "DirectoryOrCreate"}}
                           if node_dirs else {"name": "pydeps", "emptyDir": {}})
     install_env = [{"name": "GEOTRAIN_DEPS_DIR", "value": deps},
-                   {"name": "GEOTRAIN_REQUIREMENTS", "value": " ".join(REQUIREMENTS)}]
+                   {"name": "GEOTRAIN_REQUIREMENTS", "value": f"{SOURCE_DIR}/{LOCK_FILE}"}]
     index = cluster_config.get("pip_index_url")
     if index:
         install_env.append({"name": "PIP_INDEX_URL", "value": _index_url(index)})
@@ -278,7 +282,8 @@ def add_delivery(pod: dict[str, Any], container: dict[str, Any], image: str, del
         "name": "install-deps", "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", FIND_PYTHON + INSTALL_DEPS],
         "env": [*install_env, {"name": "HOME", "value": "/tmp"}],
-        "volumeMounts": [{"name": "pydeps", "mountPath": DEPS_MOUNT}],
+        "volumeMounts": [{"name": "pydeps", "mountPath": DEPS_MOUNT},
+                         {"name": "recipes-src", "mountPath": SOURCE_DIR, "readOnly": True}],  # the lock
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
                             "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}})

@@ -90,7 +90,7 @@ def test_curl_exit_codes_are_explained(code, meaning):
 def test_a_real_failed_k3s_download_says_what_it_means(tmp_path, monkeypatch, url, code):
     monkeypatch.setattr(versions, "k3s_urls", lambda version, arch: (url, url + ".sha256"))
     session = NodeSession("gpu1", LocalShell(), tmp_path / "gpu1.log", CommandLog(), [], sudo=False)
-    command = k3s.download_command("v1.31.4+k3s1", "amd64", str(tmp_path / "k3s"))
+    command = k3s.download_command("v1.31.4+k3s1", "amd64", str(tmp_path / "k3s"), "ab" * 32)
     with pytest.raises(StepFailed) as failed:
         failures.download(session, command, "downloading k3s (amd64)", "amd64")
     message = str(failed.value)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import yaml
@@ -88,9 +89,10 @@ def test_join_token_is_absent_from_every_command_and_event(geotrain_home):
 def test_volcano_queue_and_device_plugins(geotrain_home):
     result, _ = _dry_run(geotrain_home, ["volcano"])
     changes = [r.command for r in result.command_log.changes("gpu0")]
-    assert any("kubectl" in c and "apply --server-side --force-conflicts -f https://raw."
-               "githubusercontent.com/volcano-sh/volcano/v1.11.0/installer/volcano-development.yaml"
-               in c for c in changes)
+    # the v1.11.0 release manifest geotrain ships, uploaded and applied: no URL for kubectl
+    assert any("kubectl" in c and "apply --server-side --force-conflicts -f /var/lib/rancher/k3s/"
+               "server/manifests-geotrain/volcano-v1.11.0.yaml" in c for c in changes)
+    assert not any("https://" in c for c in changes)
     plugin = yaml.safe_load(_puts(result, "gpu0")[
         "/var/lib/rancher/k3s/server/manifests-geotrain/nvidia-device-plugin-daemonset.yaml"].content)
     assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {"geotrain.io/gpu-vendor": "nvidia"}
@@ -133,6 +135,7 @@ def test_waits_are_bounded_and_say_what_they_waited_for(make_test_hosts, geotrai
     names = add_host_nodes(store, hosts)
     plan = build_plan(store, "slow", names, subnet=MESH_SUBNET)
     plan.k3s.bundle, plan.k3s.api_timeout = str(bundle), 3
+    plan.k3s.sha256 = {"k3s": hashlib.sha256(STAND_IN.encode()).hexdigest()}  # a stand-in: its own
     plan.k3s.bin_dir, plan.k3s.config_dir = "/run/geotrain/bin", "/run/geotrain/k3s"
     events = []
     result = deploy(plan, only=["k3s"], shell_factory=ShellFactory(hosts), store=store,
@@ -209,6 +212,7 @@ def test_success_only_when_every_node_is_ready(make_test_hosts, geotrain_home, t
     store = Store()
     plan = build_plan(store, "ready", add_host_nodes(store, hosts), subnet=MESH_SUBNET)
     plan.k3s.bundle, plan.k3s.api_timeout, plan.k3s.ready_timeout = str(bundle), 3, 3
+    plan.k3s.sha256 = {"k3s": hashlib.sha256((bundle / "k3s").read_bytes()).hexdigest()}
     plan.k3s.bin_dir, plan.k3s.config_dir = "/run/geotrain/bin", "/run/geotrain/k3s"
     factory = ShellFactory(hosts)
     first = deploy(plan, only=["k3s"], shell_factory=factory, store=store)

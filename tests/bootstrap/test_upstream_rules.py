@@ -194,21 +194,23 @@ def _urls(commands):
 
 
 def test_every_download_matches_the_node_architecture(geotrain_home):
-    # k3s release assets: k3s + sha256sum-amd64.txt, k3s-arm64 + sha256sum-arm64.txt
-    # (https://github.com/k3s-io/k3s/releases); containerd: containerd-<v>-linux-<arch>.tar.gz
-    # and .sha256sum (https://github.com/containerd/containerd/releases).
+    # k3s release assets: k3s, k3s-arm64 (https://github.com/k3s-io/k3s/releases); containerd:
+    # containerd-<v>-linux-<arch>.tar.gz (https://github.com/containerd/containerd/releases).
+    # Each is checked against the sha256 known beforehand, never a list from the same origin.
     nodes = [_node("gpu0", "198.51.100.10"), _node("gh200a", "198.51.100.11", arch="aarch64"),
              _node("gh200b", "198.51.100.12", arch="aarch64")]
     result = _dry_run(nodes, only=["containerd", "k3s"])
     for name, arch in (("gpu0", "amd64"), ("gh200a", "arm64"), ("gh200b", "arm64")):
         urls = _urls(r.command for r in result.command_log.for_node(name))
-        assert len(urls) == 4, urls
+        assert len(urls) == 2, urls
         other = "arm64" if arch == "amd64" else "amd64"
         assert all(other not in u for u in urls), urls
         assert f"{versions.k3s_urls(versions.K3S_VERSION, arch)[0]}" in urls
-        assert f"sha256sum-{arch}.txt" in " ".join(urls)
-        assert f"containerd-{versions.CONTAINERD_VERSION}-linux-{arch}.tar.gz.sha256sum" in \
-            " ".join(urls)
+        tarball = versions.containerd_tarball(arch)
+        assert f"containerd-{versions.CONTAINERD_VERSION}-linux-{arch}.tar.gz" in " ".join(urls)
+        commands = " ".join(r.command for r in result.command_log.for_node(name))
+        assert versions.RELEASE_SHA256[(versions.CONTAINERD_VERSION, tarball)] in commands
+        assert f"no-sha256-known-for-{versions.k3s_asset(arch)}" in commands  # none pinned
 
 
 def test_an_unknown_architecture_is_a_blocker():
@@ -289,8 +291,9 @@ def test_k3s_config_values_never_reach_a_shell_unquoted(tmp_path):
                         facts={"system": {"arch": "x86_64"}})
     plan = ClusterPlan("up", [target.spec])
     plan.k3s.bin_dir = "/opt/geo bin/$(touch canary)"
-    assert k3s.download_command(plan.k3s.version, "amd64", plan.k3s.bin_dir + "/k3s").count(
-        "'/opt/geo bin/$(touch canary)/k3s.download'") == 3
+    for want, uses in ((None, 3), ("ab" * 32, 4)):  # the release's own list; a known sha256
+        assert k3s.download_command(plan.k3s.version, "amd64", plan.k3s.bin_dir + "/k3s", want).count(
+            "'/opt/geo bin/$(touch canary)/k3s.download'") == uses
     assert containerd.release_command("arm64", None).startswith(
         "mkdir -p -m 700 /var/lib/geotrain/downloads && curl -sfL --retry 3 -o "
         "/var/lib/geotrain/downloads/containerd-1.7.24-linux-arm64.tar.gz ")
@@ -306,6 +309,7 @@ def test_preflight_on_a_real_host_refuses_its_debian_containerd_for_k3s(make_tes
     hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
     store = Store()
     plan = build_plan(store, "old", add_host_nodes(store, hosts), subnet="10.203.0.0/24")
+    plan.k3s.sha256 = {"k3s": "ab" * 32}  # the download's hash is known: only containerd blocks
     result = deploy(plan, only=["preflight", "k3s"], shell_factory=ShellFactory(hosts),
                     store=store)
     [failure] = result.summary.failures

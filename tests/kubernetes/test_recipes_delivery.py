@@ -123,7 +123,7 @@ def test_the_configmaps_rebuild_the_installed_recipes_package(tmp_path):
     _project(maps, volume, tmp_path)
     root = delivery.recipes_root()
     expected = sorted(p.relative_to(root.parent).as_posix() for p in root.rglob("*")
-                      if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts and p.is_file())
+                      if p.suffix in delivery.SOURCE_SUFFIXES and "__pycache__" not in p.parts and p.is_file())
     got = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert got == expected and "recipes/train.py" in got
     assert (tmp_path / "recipes/train.py").read_bytes() == (root / "train.py").read_bytes()
@@ -193,12 +193,22 @@ def _wheel(directory: Path, module: str = "geotrain_tinydep", body: str = "VALUE
     return path
 
 
-def _install(deps: Path, requirement: str) -> subprocess.Popen:
+def _lock(directory: Path, *wheels: Path) -> Path:
+    """A lock file as pip-compile --generate-hashes writes it, for the given wheels."""
+    lock = directory / "requirements.lock"
+    lock.write_text("".join(f"{w.name.split('-')[0]}=={w.name.split('-')[1]} \\\n    --hash=sha256:"
+                            f"{hashlib.sha256(w.read_bytes()).hexdigest()}\n" for w in wheels))
+    return lock
+
+
+def _install(deps: Path, lock: Path | str) -> subprocess.Popen:
+    """The install step as the pod runs it: the lock with hashes, the wheels from a local index."""
     script = (f"py={sys.executable}\n" + delivery.INSTALL_DEPS +
               'exec "$py" -c "import geotrain_tinydep as t, importlib.util as u; '
               'print(\'torch from\', u.find_spec(\'torch\').origin); print(\'value\', t.VALUE)"')
-    env = {"PATH": os.environ["PATH"], "GEOTRAIN_DEPS_DIR": str(deps), "GEOTRAIN_REQUIREMENTS": requirement,
-           "PYTHONPATH": str(deps), "PIP_NO_INDEX": "1", "HOME": str(deps.parent)}
+    env = {"PATH": os.environ["PATH"], "GEOTRAIN_DEPS_DIR": str(deps), "GEOTRAIN_REQUIREMENTS": str(lock),
+           "PYTHONPATH": str(deps), "PIP_NO_INDEX": "1", "HOME": str(deps.parent),
+           "PIP_FIND_LINKS": str(Path(lock).parent / "wheels"), "PIP_CONFIG_FILE": os.devnull}
     return subprocess.Popen(["/bin/sh", "-c", script], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -207,9 +217,10 @@ def test_two_pods_on_a_node_install_the_dependencies_once_and_both_use_them(tmp_
     """Also: pip --target installs dependencies of dependencies, torch too if one asks for it;
     the image's own torch (its CUDA or ROCm build) must stay the one imported."""
     deps = tmp_path / "pydeps" / delivery.deps_key(UPSTREAM_IMAGES["cpu"])
-    _wheel(tmp_path, "torch", "raise ImportError('the stand-in torch from PyPI was imported')\n")
-    wheel = _wheel(tmp_path, requires="torch")
-    pods = [_install(deps, f"--find-links={tmp_path} {wheel}") for _ in range(2)]
+    (tmp_path / "wheels").mkdir()
+    torch = _wheel(tmp_path / "wheels", "torch", "raise ImportError('the stand-in torch from PyPI was imported')\n")
+    wheel = _wheel(tmp_path / "wheels", requires="torch")
+    pods = [_install(deps, _lock(tmp_path, wheel, torch)) for _ in range(2)]
     outputs = [p.communicate(timeout=120)[0] for p in pods]
     assert [p.returncode for p in pods] == [0, 0], outputs
     assert all("value 42" in out for out in outputs)
@@ -219,16 +230,57 @@ def test_two_pods_on_a_node_install_the_dependencies_once_and_both_use_them(tmp_
     assert (deps / "geotrain_tinydep").is_dir() and not list(deps.glob("torch*"))
     assert sum("installing the recipes' Python dependencies" in out for out in outputs) == 1
     assert (deps / ".complete").is_file() and not (deps.parent / (deps.name + ".part")).exists()
-    later = _install(deps, "no-such-package-anywhere")  # the cache is used: pip is not asked
+    later = _install(deps, tmp_path / "no-such.lock")  # the cache is used: pip is not asked
     assert later.communicate(timeout=60)[0].strip().endswith("value 42") and later.returncode == 0
 
 
 def test_a_failed_install_says_what_to_do_and_leaves_no_half_cache(tmp_path):
     deps = tmp_path / "pydeps" / "k"
-    pod = _install(deps, str(tmp_path / "missing-0.1-py3-none-any.whl"))
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "requirements.lock").write_text("missing==0.1 --hash=sha256:" + "ab" * 32 + "\n")
+    pod = _install(deps, tmp_path / "requirements.lock")
     out = pod.communicate(timeout=120)[0]
     assert pod.returncode == 1 and "the node needs PyPI" in out and "--image" in out
     assert not deps.exists()
+
+
+def test_a_package_that_is_not_the_locked_one_is_refused_and_nothing_is_cached(tmp_path):
+    """Issue 38.13: the index (PyPI, a mirror, or whoever answers for it) serves another file
+    under the locked name and version: pip refuses it, the node cache stays empty."""
+    deps = tmp_path / "pydeps" / "k"
+    (tmp_path / "wheels").mkdir()
+    lock = _lock(tmp_path, _wheel(tmp_path / "wheels"))
+    _wheel(tmp_path / "wheels", body="import os; os.system('touch /tmp/planted')\n")  # replaced
+    pod = _install(deps, lock)
+    out = pod.communicate(timeout=120)[0]
+    assert pod.returncode == 1 and "DO NOT MATCH THE HASHES" in out
+    assert f"geotrain: pip could not install the locked {lock} (a file whose sha256 differs is refused)" in out
+    assert not deps.exists() and not (deps.parent / "k.part" / "geotrain_tinydep").exists()
+
+
+def test_the_pods_install_the_shipped_lock_with_hashes():
+    root = delivery.recipes_root().parent
+    lock = (root / delivery.LOCK_FILE).read_text()
+    pins = dict(line.split(" ", 1)[0].split("==") for line in lock.splitlines() if "==" in line)
+    wanted = [line.strip() for line in (root / "recipes" / "requirements.in").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert tuple(wanted) == delivery.REQUIREMENTS  # the lock's source is the list the pods need
+    for requirement in delivery.REQUIREMENTS:
+        name = requirement.split(">=")[0].replace("_", "-")
+        assert name in pins, name
+    blocks = lock.split("==")[1:]
+    assert len(blocks) == len(pins) and all("--hash=sha256:" in b for b in blocks)  # every pin hashed
+    assert "torch==" not in lock  # the image's own torch stays the one used
+    options = [line for line in lock.splitlines() if line.startswith("-")]
+    assert options == []  # no --find-links or --index-url of the machine that made it
+    assert delivery.LOCK_FILE in {f.path for f in delivery.recipes_files()}  # delivered with the source
+    _, job = _render()
+    for _, pod in pod_specs(job):
+        (install,) = [c for c in pod["initContainers"] if c["name"] == "install-deps"]
+        env = {e["name"]: e["value"] for e in install["env"]}
+        assert env["GEOTRAIN_REQUIREMENTS"] == f"{delivery.SOURCE_DIR}/{delivery.LOCK_FILE}"
+        assert {"name": "recipes-src", "mountPath": delivery.SOURCE_DIR, "readOnly": True} in install["volumeMounts"]
+        assert '"--require-hashes", "-r", pins' in install["command"][2]
 
 
 # --- the per-node dataset cache -------------------------------------------------------------
