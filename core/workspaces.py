@@ -278,9 +278,11 @@ class WorkspaceService:
             held = export.inventory(self.backend(ws.cluster), ws).describe()
         except GeotrainError:
             held = "its logs, metrics and checkpoints"
+        kept = self.backend(ws.cluster).kept_after_delete(ws.id, ws.spec)
         return (f"Deleting {ws.id} stops its {ws.spec.workers} workers on {ws.cluster} and removes"
                 f" {held}{where}. Workspace storage is ephemeral: this cannot be undone"
-                f" (export it first: `geotrain workspaces export {ws.id} DIR`).")
+                f" (export it first: `geotrain workspaces export {ws.id} DIR`)."
+                + (f" Kept: {kept}." if kept else ""))
 
     def export(self, workspace_id: str, dest: str) -> dict:
         """Copy checkpoints, metrics, logs and the resolved config into `dest` (new or empty)."""
@@ -293,8 +295,12 @@ class WorkspaceService:
         return wandb_runs.describe(self.backend(ws.cluster).result_files(ws.id, ws.spec), ws.spec.config)
 
     def delete(self, workspace_id: str) -> None:
+        """Forgotten only once the backend removed everything it can (a node left unreachable
+        keeps the record: deleting again retries)."""
         ws = self.get(workspace_id)
-        self.backend(ws.cluster).delete(workspace_id)
+        backend = self.backend(ws.cluster)
+        backend.delete(workspace_id)
+        backend.remove_node_files(workspace_id, ws.spec)
         self._forget(workspace_id)
 
 

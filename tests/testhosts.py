@@ -3,7 +3,8 @@
 Every host has its own address on a shared bridge (the bridge holds the subnet's first
 address, so this machine reaches all hosts), its own sshd with its own host key, and its
 own mount + UTS namespace: private tmpfs on /run, /var/lib/containerd, /etc/containerd,
-/etc/wireguard, /var/lib/rancher, /etc/rancher (so wireguard-go or containerd on one host never sees another's sockets),
+/etc/wireguard, /var/lib/rancher, /etc/rancher, /var/lib/geotrain (so wireguard-go or containerd on one host never sees another's sockets,
+and a teardown's `rm -rf /var/lib/geotrain` never reaches this machine's),
 its own hostname and /etc/hosts. Needs root, `ip`, `unshare`, `sshd`, `ssh-keygen`.
 
     with make_hosts(3, prefix="gtn", subnet="10.201.0.0/24") as hosts:
@@ -34,7 +35,7 @@ from typing import Iterator
 
 BASE_DIR = Path("/tmp/geotrain-testhosts")
 PRIVATE_DIRS = ("/var/lib/containerd", "/etc/containerd", "/etc/wireguard",
-                "/var/lib/rancher", "/etc/rancher")
+                "/var/lib/rancher", "/etc/rancher", "/var/lib/geotrain")
 REQUIRED_TOOLS = ("ip", "unshare", "nsenter", "sshd", "ssh-keygen")
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 

@@ -66,6 +66,14 @@ class Backend(abc.ABC):
     def delete(self, workspace_id: str) -> None:
         """Stop everything of the workspace and remove its files/resources. Idempotent."""
 
+    def remove_node_files(self, workspace_id: str, spec: WorkspaceSpec) -> None:
+        """After delete: remove what the workspace kept outside the backend's own objects
+        (a Kubernetes workspace's node directory); nothing for most backends."""
+
+    def kept_after_delete(self, workspace_id: str, spec: WorkspaceSpec) -> str:
+        """What a delete leaves behind and where, in words; '' when nothing."""
+        return ""
+
     def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
         """Bring a failed or vanished workspace back (it resumes from its newest checkpoint);
         the cause in words, or None when there is nothing this backend can or should do."""

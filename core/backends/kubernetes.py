@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from core.backends import node_files
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.errors import BackendError, InvalidInput
 from core.kubernetes.names import job_name, label_value
@@ -25,7 +26,7 @@ from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, de
                             manifests_yaml, render_manifests, secret_name, token_env_names)
 from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
-from core.kubernetes.recovery_manifests import claim_name
+from core.kubernetes.recovery_manifests import claim_name, kept_after_delete
 from core.kubernetes.network_policy import policy_name
 from core.state.secret_store import SecretStore
 from core.domain.wandb_server import server_env
@@ -200,6 +201,14 @@ class KubernetesBackend(Backend):
         # directory: then this is a 404, which is fine). Kubernetes keeps it until the pods are gone.
         self._delete_object("PersistentVolumeClaim", claim_name(job_name(workspace_id)))
         self._delete_object("NetworkPolicy", policy_name(job_name(workspace_id)))  # last, after the Job
+
+    def remove_node_files(self, workspace_id: str, spec: WorkspaceSpec) -> None:
+        """Its checkpoint directory on the nodes, once its pods are gone (core.backends.node_files)."""
+        node_files.remove(self.cluster, workspace_id, job_name(workspace_id), spec,
+                          lambda: bool(self._pods(workspace_id)))
+
+    def kept_after_delete(self, workspace_id: str, spec: WorkspaceSpec) -> str:
+        return kept_after_delete(job_name(workspace_id), spec, self.cluster)
 
     def _delete_source_maps(self, workspace_id: str) -> None:
         """The recipes ConfigMaps (core.kubernetes.recipes_delivery), found by label: their

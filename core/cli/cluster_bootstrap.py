@@ -11,8 +11,9 @@ from core.bootstrap.checksums import parse_given
 from core.bootstrap.failures import check_bundle
 from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
-from core.bootstrap.teardown import delete_cluster, remove_node
+from core.bootstrap.teardown import delete_cluster, kept_text, remove_node
 from core.cli.nodes import check_fingerprints
+from core.cli.prompts import confirm_delete
 from core.cli.output import table
 from core.state.cluster_records import get_cluster
 from core.schema.endpoints import parse_host_port
@@ -49,8 +50,10 @@ def register(groups) -> None:
     p.add_argument("--trust-host-key", action="append", default=[], metavar="SHA256:…",
                    help="re-pin a reinstalled server whose new key has this fingerprint")
     p.set_defaults(handler=cmd_deploy)
-    p = clusters.add_parser("delete", help="undo what geotrain installed and forget the cluster")
+    p = clusters.add_parser("delete", help="undo what geotrain installed (k3s, the mesh, "
+                            "/var/lib/geotrain on every node) and forget the cluster")
     p.add_argument("name", complete="cluster")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--keep-packages", action="store_true",
                    help="leave containerd and WireGuard packages installed")
     p.set_defaults(handler=cmd_delete)
@@ -153,6 +156,13 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_delete(args) -> int:
+    record = get_cluster(Store(), args.name)  # an unknown name fails before any question
+    if record.kind == "geotrain":
+        print(f"Deleting cluster {args.name} ({', '.join(record.nodes) or 'no nodes'}). "
+              + kept_text(record.config))
+        if not confirm_delete(args.yes):
+            print("Cancelled; nothing was deleted.")
+            return 1
     result = delete_cluster(args.name, keep_packages=args.keep_packages, on_event=_print_event)
     code = _report(result)
     if code == 0:

@@ -73,6 +73,13 @@ def render_checkpoint_claim(job: str, spec: WorkspaceSpec, cluster: Cluster,
             "metadata": {**metadata, "name": claim_name(job)}, "spec": claim_spec}
 
 
+def node_dir_base(settings: RecoverySettings, pods: int) -> str | None:
+    """The node directory whose `<job>` sub-directory holds the checkpoints; None: a claim does."""
+    if settings.pvc or uses_own_claim(settings, pods):
+        return None
+    return settings.host_path or DEFAULT_HOST_PATH
+
+
 def checkpoint_volume(job: str, settings: RecoverySettings, cluster: Cluster,
                       pods: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(volume, volumeMount): the workspace's own directory and nothing beside it."""
@@ -80,10 +87,24 @@ def checkpoint_volume(job: str, settings: RecoverySettings, cluster: Cluster,
     if settings.pvc:
         return ({"name": "checkpoints", "persistentVolumeClaim": {"claimName": settings.pvc}},
                 {**mount, "subPath": job})
-    if uses_own_claim(settings, pods):
+    base = node_dir_base(settings, pods)
+    if base is None:
         return {"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim_name(job)}}, mount
-    node_dir = f"{settings.host_path or DEFAULT_HOST_PATH}/{job}"
-    return {"name": "checkpoints", "hostPath": {"path": node_dir, "type": "DirectoryOrCreate"}}, mount
+    return {"name": "checkpoints", "hostPath": {"path": f"{base}/{job}", "type": "DirectoryOrCreate"}}, mount
+
+
+def kept_after_delete(job: str, spec: WorkspaceSpec, cluster: Cluster) -> str:
+    """What a workspace's delete leaves, and where ('' when nothing): a node directory is
+    removed only where geotrain reaches the nodes (a cluster it built), never a user's claim."""
+    settings = RecoverySettings.from_dict(spec.recovery)
+    if settings.pvc:
+        return (f"its checkpoints stay in your claim {settings.pvc}, under {job}/ (geotrain does "
+                "not delete from a claim it did not make)")
+    base = node_dir_base(settings, spec.workers)
+    if base and cluster.kind != "geotrain":
+        return (f"its checkpoints stay in {base}/{job} on each node its pods ran on (geotrain "
+                "cannot reach the nodes of a cluster it did not build): remove that directory there")
+    return ""
 
 
 def owner_init_container(image: str, mount: dict[str, Any]) -> dict[str, Any]:

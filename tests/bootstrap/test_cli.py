@@ -149,7 +149,11 @@ def test_deploy_through_the_cli_on_imported_nodes(make_test_hosts, geotrain_home
     assert main(["clusters", "show", "pair", "--json"]) == 0
     shown = capsys.readouterr().out
     assert '"kind": "geotrain"' in shown and '"status": "READY"' in shown
-    assert main(["clusters", "delete", "pair"]) == 0
+    assert main(["clusters", "delete", "pair"]) == 2  # a script must say --yes
+    said = capsys.readouterr()
+    assert "and /var/lib/geotrain (dataset cache" in said.out and "pass --yes" in said.err
+    assert all(h.run("ip link show wg-geotrain", check=False).returncode == 0 for h in hosts)
+    assert main(["clusters", "delete", "pair", "--yes"]) == 0
     assert "cluster pair deleted" in capsys.readouterr().out
     assert all(h.run("ip link show wg-geotrain", check=False).returncode != 0 for h in hosts)
 

@@ -111,6 +111,10 @@ def test_rerun_issues_no_changing_command(cluster):
 def test_remove_node_then_delete_cluster(cluster):
     store, hosts = cluster["store"], cluster["hosts"]
     factory = ShellFactory(hosts)
+    # what pods leave on a node: the dataset cache, the recipes' packages, checkpoints (issue 38.12)
+    left = "/var/lib/geotrain/datasets/c4 /var/lib/geotrain/pydeps/k /var/lib/geotrain/checkpoints/gt-a"
+    for host in hosts:
+        host.run(f"mkdir -p {left} && touch /var/lib/geotrain/checkpoints/gt-a/step-1.pt")
     result = remove_node("mesh", hosts[2].name, shell_factory=factory, store=store)
     assert result.summary.ok, result.summary.lines()
     assert get_cluster(store, "mesh").nodes == [hosts[0].name, hosts[1].name]
@@ -128,4 +132,6 @@ def test_remove_node_then_delete_cluster(cluster):
         assert host.run("test -e /etc/wireguard/geotrain.key", check=False).returncode != 0
         assert host.run("ctr --address /run/containerd/containerd.sock --connect-timeout 1s"
                         " version", check=False).returncode != 0
+    for host in hosts:  # the node that left, and the two of the deleted cluster
+        assert host.run("ls -A /var/lib/geotrain").stdout == ""
     assert all(get_node(store, n).cluster is None for n in cluster["names"])

@@ -1,0 +1,76 @@
+"""Issue 38.12: a deleted workspace's checkpoint directory goes from every node of a cluster
+geotrain built, and nothing beside it: the path is built from a job name matched whole, under
+a checked node directory, and quoted (real sshd test hosts)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from core.bootstrap import teardown
+from core.bootstrap.deploy import build_plan, deploy
+from core.errors import GeotrainError
+from core.kubernetes.names import job_name
+from core.state.cluster_records import get_cluster
+from core.state.store import Store
+from tests.bootstrap.cluster_hosts import MESH_SUBNET, PREFIX, SUBNET, ShellFactory, add_host_nodes
+
+BASE = "/var/lib/geotrain/checkpoints"
+
+
+@pytest.mark.parametrize("job", ["gt-../../etc", "gt-a/..", "gt-a b", "gt-a;rm -rf /", "", "gt-",
+                                 "gt-a-", "x-ws", "gt-" + "a" * 40, "gt-a\n", "gt-A", "gt-*"])
+def test_a_job_name_that_is_not_whole_removes_nothing(job):
+    def no_shell(node):
+        raise AssertionError("nothing may reach a node")
+
+    with pytest.raises(GeotrainError) as refused:
+        teardown.remove_workspace_dir("any", BASE, job, shell_factory=no_shell)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("base", ["/", "/var/lib", "/var/lib/geotrain/../../etc", "relative", "/etc/x"])
+def test_a_base_that_is_not_a_node_directory_removes_nothing(base):
+    with pytest.raises(GeotrainError):
+        teardown.workspace_dir(base, "gt-ws")
+
+
+@pytest.mark.parametrize("workspace_id", ["ws-1", "../../etc", "a b;rm -rf /", "Ω" * 50, "UPPER/.."])
+def test_every_job_name_geotrain_makes_is_one_directory_under_the_base(workspace_id):
+    path = teardown.workspace_dir(BASE, job_name(workspace_id))
+    assert path.rsplit("/", 1) == [BASE, job_name(workspace_id)]
+
+
+def test_only_the_workspace_directory_goes_from_every_node(make_test_hosts, geotrain_home):
+    hosts = make_test_hosts(2, prefix=PREFIX, subnet=SUBNET)
+    store = Store()
+    names = add_host_nodes(store, hosts)
+    factory = ShellFactory(hosts)
+    assert deploy(build_plan(store, "ckpt", names, subnet=MESH_SUBNET), only=["preflight"],
+                  shell_factory=factory, store=store).summary.ok
+    assert get_cluster(store, "ckpt").nodes == names
+    for host in hosts:
+        host.run(f"mkdir -p {BASE}/gt-ws-a {BASE}/gt-ws-ab {BASE}/gt-ws-a-b && "
+                 f"touch {BASE}/gt-ws-a/step-3.pt {BASE}/gt-ws-ab/step-1.pt")
+    assert teardown.remove_workspace_dir("ckpt", BASE, "gt-ws-a", shell_factory=factory,
+                                         store=store) == []
+    for host in hosts:
+        assert host.run(f"ls -A {BASE}").stdout.split() == ["gt-ws-a-b", "gt-ws-ab"]
+    # again: already gone is fine; a node that cannot be reached is named, one line
+    subprocess.run(["ip", "link", "set", hosts[1].veth, "down"], check=True)  # off the network
+    try:
+        [failed] = teardown.remove_workspace_dir("ckpt", BASE, "gt-ws-ab", shell_factory=factory,
+                                                 store=store)
+    finally:
+        subprocess.run(["ip", "link", "set", hosts[1].veth, "up"], check=True)
+    assert failed.startswith(f"{names[1]}: ") and "\n" not in failed
+    assert hosts[0].run(f"ls -A {BASE}").stdout.split() == ["gt-ws-a-b"]
+    assert hosts[1].run(f"ls -A {BASE}").stdout.split() == ["gt-ws-a-b", "gt-ws-ab"]
+
+
+def test_a_cluster_delete_says_what_goes_and_what_stays():
+    text = teardown.kept_text({"dataset_cache": "/srv/datasets"})
+    assert "/var/lib/geotrain (dataset cache" in text and "/var/lib/rancher/k3s" in text
+    assert "Kept: the cluster's dataset_cache /srv/datasets; workspaces' recovery.host_path" in text
+    assert "dataset_cache" not in teardown.kept_text({"dataset_cache": "/var/lib/geotrain/ds"})
