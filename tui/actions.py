@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual import work
 from textual.screen import Screen
 
+from core.domain.terminal_text import printable
 from core.errors import GeotrainError
 from tui.messages import WorkspaceDeleted
 from tui.modals.confirm import ConfirmScreen
@@ -50,7 +51,7 @@ def _export(screen: Screen, workspace_id: str, directory: str) -> None:
     try:
         manifest = app.service.export(workspace_id, directory)
     except GeotrainError as exc:
-        app.call_from_thread(app.notify, f"Not exported: {exc}", severity="error", markup=False)
+        app.call_from_thread(app.notify, f"Not exported: {printable(exc)}", severity="error", markup=False)
         app.call_from_thread(ask_delete, screen, workspace_id)
         return
     steps = manifest["checkpoint_steps"]

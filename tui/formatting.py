@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from core.domain import describe
+from core.domain.terminal_text import printable
 
 STATUS_STYLE = {"PENDING": "yellow", "PULLING": "yellow", "PREPARING_DATA": "yellow",
                 "RENDEZVOUS": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
@@ -22,8 +23,9 @@ def loss(value: float | None) -> str:
 
 def literal(value: object) -> Text:
     """A value the app did not write (names, hosts, facts, log lines) as plain text: its
-    brackets are shown, never parsed as Rich markup (`[/]` would crash, `[@click=…]` act)."""
-    return value if isinstance(value, Text) else Text(str(value))
+    brackets are shown, never parsed as Rich markup (`[/]` would crash, `[@click=…]` act),
+    and its escape sequences never reach the terminal."""
+    return value if isinstance(value, Text) else Text(printable(value))
 
 
 def cells(row: tuple) -> tuple[Text, ...]:

@@ -28,7 +28,7 @@ from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.recovery_manifests import claim_name, kept_after_delete
 from core.kubernetes.network_policy import policy_name
-from core.state.secret_store import SecretStore
+from core.state.secret_store import SecretStore, redact
 from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
@@ -137,7 +137,7 @@ class KubernetesBackend(Backend):
             value = store.get(ref)
             if value is None:
                 raise InvalidInput(f"the token for {env} ({ref}) is not in the secret store",
-                                   "deploy again and pass the token (--wandb-token/--hf-token)")
+                                   "deploy again with the token in WANDB_API_KEY/HF_TOKEN, or --ask-tokens")
             values[env] = value
         return values
 
@@ -372,8 +372,10 @@ class KubernetesBackend(Backend):
                          label=lambda name: self._label(workspace_id, name),
                          finished=finished, poll_s=self.log_poll_s,
                          read_timeout_s=self.log_read_timeout_s, request_timeout=REQUEST_TIMEOUT)
+        secrets = SecretStore().values(f"{workspace_id}/")  # as the local supervisor does its workers'
         with self._errors("reading pod logs"):
-            yield from (reader.follow() if follow else reader.snapshot())
+            for worker, line in (reader.follow() if follow else reader.snapshot()):
+                yield worker, redact(line, secrets)
 
     # results kept --------------------------------------------------------------
     def copy_checkpoints(self, workspace_id: str, dest: Path) -> list[str] | None:

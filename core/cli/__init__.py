@@ -18,6 +18,7 @@ from click.shell_completion import get_completion_class
 
 import core
 from core.cli.declare import GroupDeclaration
+from core.domain.terminal_text import printable
 from core.errors import GeotrainError
 
 PROG = "geotrain"
@@ -91,12 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:
         return _usage_error(exc)
     except GeotrainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)  # may carry a server's or a pod's words
         return 2
     except (KeyboardInterrupt, click.exceptions.Abort):
         return 130
     except click.ClickException as exc:
-        print(f"error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+        print(f"error: {printable(' '.join(exc.format_message().split()))}", file=sys.stderr)
         return exc.exit_code
     return int(result or 0)
 

@@ -15,6 +15,7 @@ from core.bootstrap.teardown import delete_cluster, kept_text, remove_node
 from core.cli.nodes import check_fingerprints
 from core.cli.prompts import confirm_delete
 from core.cli.output import table
+from core.domain.terminal_text import printable
 from core.state.cluster_records import get_cluster
 from core.schema.endpoints import parse_host_port
 from core.errors import InvalidInput
@@ -95,12 +96,13 @@ def _bundle(text: str) -> Path:
 
 
 def _print_event(event: ProgressEvent) -> None:
+    """A step's line; a failure's message ends with the server's own words."""
     if event.state != "running":
         mark = {"done": "ok", "failed": "FAILED", "skipped": "skip"}[event.state]
-        print(f"[{event.node}] {event.step}: {mark}" + (
-            f" — {event.message}" if event.state == "failed" else ""), flush=True)
+        print(printable(f"[{event.node}] {event.step}: {mark}" + (
+            f" — {event.message}" if event.state == "failed" else "")), flush=True)
     elif event.progress > 0:
-        print(f"[{event.node}] {event.step}: {event.message}", flush=True)
+        print(printable(f"[{event.node}] {event.step}: {event.message}"), flush=True)
 
 
 def _print_dry_run(result: DeployResult) -> None:
@@ -122,7 +124,7 @@ def _report(result: DeployResult) -> int:
         table(["node", "blocker"], [[n, b] for n, items in blocked.items() for b in items])
     print("\nSummary:")
     for line in result.summary.lines():
-        print(f"  {line}")
+        print(f"  {printable(line)}")
     return 0 if result.summary.ok else 1
 
 

@@ -11,6 +11,7 @@ from core.cli import prompts
 from core.cli.output import dump_json, table
 from core.errors import InvalidInput
 from core.domain.records import Node
+from core.domain.terminal_text import printable
 from core.nodes.facts import listening
 from core.nodes.import_file import read_import_file
 from core.nodes.pool import ImportRequest, NodePool, Prompts
@@ -97,7 +98,7 @@ def _print_nodes(nodes: list[Node], as_json: bool) -> None:
            for n in nodes])
     for n in nodes:
         for reason in n.blockers:
-            print(f"  {n.name}: {reason}")
+            print(printable(f"  {n.name}: {reason}"))  # built from the server's facts
 
 
 def cmd_list(args) -> int:
@@ -121,7 +122,7 @@ def cmd_show(args) -> int:
     for key, value in rows:
         print(f"{key.ljust(width)}  {value}")
     for reason in node.blockers:
-        print(f"{'blocker'.ljust(width)}  {reason}")
+        print(f"{'blocker'.ljust(width)}  {printable(reason)}")
     return 0
 
 

@@ -6,10 +6,12 @@ import json
 import sys
 from typing import Any, Sequence
 
+from core.domain.terminal_text import printable
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out=None) -> None:
     out = out or sys.stdout
-    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    cells = [[("" if v is None else printable(v)) for v in row] for row in rows]  # facts are servers' words
     widths = [len(h) for h in headers]
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row)]

@@ -10,6 +10,7 @@ from core.backends import wandb_runs
 from core.cli.output import dump_json
 from core.cli.prompts import _interactive
 from core.domain.run_events import one_line
+from core.domain.terminal_text import printable
 from core.workspaces import WorkspaceService, check_token
 
 
@@ -36,7 +37,7 @@ def cmd_export(args) -> int:
     print(f"Exported {args.id} to {args.dir}: {len(manifest['files'])} files, {human_bytes(total)}; "
           + (f"checkpoints at steps {', '.join(map(str, steps))}." if steps else "no checkpoints."))
     if not manifest["checkpoints_copied"]:
-        print(f"Checkpoints NOT exported: {manifest['checkpoints_not_copied']}. They stay in the "
+        print(f"Checkpoints NOT exported: {printable(manifest['checkpoints_not_copied'])}. They stay in the "
               "workspace's volume until it is deleted; recovery.hf_repo keeps a copy on the HF Hub.")
     if manifest["skipped"]:
         shown = ", ".join(one_line(name) for name in manifest["skipped"][:5])  # names the pod chose
@@ -65,6 +66,7 @@ def cmd_sync(args) -> int:
     info = service.wandb_run(args.id)
     wandb_runs.check_syncable(info)
     output = wandb_runs.sync(info, wandb_key(service, args.id, args.ask_key))
-    print(output.rstrip())
+    for line in output.rstrip().splitlines():  # wandb's words about a run the workers named
+        print(printable(line))
     print(f"Synced the offline W&B run of {args.id} (project {info.get('project')}).")
     return 0

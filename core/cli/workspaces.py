@@ -20,6 +20,7 @@ from core.cli.requirements_table import requirements_met
 from core.errors import InvalidInput
 from core.domain import describe, recipe_catalog, run_events
 from core.domain.records import TEMPLATES, WorkspaceSpec
+from core.domain.terminal_text import printable
 from core.schema.training_config import config_json_schema
 from core.schema.user_files import read_user_file
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
@@ -40,9 +41,11 @@ def register(groups) -> None:
     p.add_argument("--datacenters", type=int, metavar="K",
                    help="split the workers evenly into K datacenters: hierarchical DiLoCo (same as --set datacenters=K)")
     p.add_argument("--image", help="container image (Kubernetes clusters)")
-    p.add_argument("--wandb-token", help="W&B API key (or WANDB_API_KEY; offline without)")
-    p.add_argument("--hf-token", help="Hugging Face token (or HF_TOKEN)")
-    p.add_argument("--ask-tokens", action="store_true", help="prompt for tokens, hidden")
+    p.add_argument("--wandb-token", help="W&B API key; offline without. On the command line every local user "
+                   "sees it in `ps`: prefer WANDB_API_KEY or --ask-tokens")
+    p.add_argument("--hf-token", help="Hugging Face token. On the command line every local user sees it in "
+                   "`ps`: prefer HF_TOKEN or --ask-tokens")
+    p.add_argument("--ask-tokens", action="store_true", help="prompt for tokens, hidden (never in argv)")
     p.add_argument("--config", metavar="FILE", help="a workspace spec or detailed config (YAML)")
     p.add_argument("--edit", action="store_true", help="edit the full spec in $EDITOR first")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -194,13 +197,14 @@ def cmd_show(args) -> int:
     if args.json:
         dump_json(data)
         return 0
-    print(f"{ws.id}  {state.status}{'  (' + state.reason + ')' if state.reason else ''}")
-    print(f"  {wandb_runs.summary(data['wandb'], ws.id)}")
+    # reasons, details, history and the run's name are the cluster's and the workers' words
+    print(printable(f"{ws.id}  {state.status}{'  (' + state.reason + ')' if state.reason else ''}"))
+    print(f"  {printable(wandb_runs.summary(data['wandb'], ws.id))}")
     for worker in state.workers:
-        print(f"  {worker.name}: {worker.status} {worker.detail}".rstrip())
+        print(printable(f"  {worker.name}: {worker.status} {worker.detail}").rstrip())
     for event in data["history"]:
         when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(event['at']))
-        print(f"  {when} {event['kind']}{describe_event(event)}")
+        print(printable(f"  {when} {event['kind']}{describe_event(event)}"))
     print(ws.spec.to_yaml().rstrip())
     return 0
 
@@ -227,7 +231,7 @@ def cmd_logs(args) -> int:
         if readable is not None and args.no_events:
             continue
         shown = line if args.raw or readable is None else run_events.MARK + readable
-        print(f"[{worker}] {shown}", flush=True)
+        print(printable(f"[{worker}] {shown}"), flush=True)  # a pod's bytes: no escape reaches the terminal
     return 0
 
 

@@ -1,12 +1,14 @@
 """Plain-text descriptions of ages, GPUs and nodes, shared by the headless commands and the app.
 
 Pure functions of records, no UI imports: the CLI prints them, the app wraps them in literal
-rich Text (a node's facts come from the server, so never markup).
+rich Text (a node's facts come from the server, so never markup, and never a terminal escape:
+each row goes through core.domain.terminal_text).
 """
 
 from __future__ import annotations
 
 from core.domain.records import Node
+from core.domain.terminal_text import printable
 
 
 def age(seconds: float) -> str:
@@ -49,8 +51,8 @@ def cpu(facts: dict, template: str = "{model}, {cores} cores") -> str:
 def node_table_row(node: Node, none: str = "—") -> list[str]:
     """The pool table's cells after name/endpoint: datacenter, status, GPUs, CPU cores, memory."""
     f = node.facts
-    return [node.datacenter or none, node.status, gpu_summary(f, none),
-            str(f.get("cpu", {}).get("cores", none)), memory_gib(f, none)]
+    return [printable(cell) for cell in (node.datacenter or none, node.status, gpu_summary(f, none),
+                                         str(f.get("cpu", {}).get("cores", none)), memory_gib(f, none))]
 
 
 def _sudo(f: dict) -> str:
@@ -65,7 +67,7 @@ def node_detail_rows(node: Node, wireguard_port: str = "unknown") -> list[tuple[
     f = node.facts
     system, disk = f.get("system", {}), f.get("disk", {})
     docker, k3s = f.get("docker", {}), f.get("k3s", {})
-    return [
+    return [(label, printable(value)) for label, value in [
         ("name", node.name), ("endpoint", endpoint(node)),
         ("jump", node.jump or "-"), ("key", node.key_path or "SSH agent"),
         ("datacenter", node.datacenter or "-"), ("status", node.status), ("cluster", node.cluster or "-"),
@@ -82,7 +84,7 @@ def node_detail_rows(node: Node, wireguard_port: str = "unknown") -> list[tuple[
         ("sudo", _sudo(f)),
         ("udp 51820", wireguard_port),
         ("public ip", f.get("public_ip") or "unknown"),
-    ]
+    ]]
 
 
 def node_panel_lines(node: Node) -> list[str]:
@@ -90,7 +92,7 @@ def node_panel_lines(node: Node) -> list[str]:
     f = node.facts
     system, wireguard = f.get("system", {}), f.get("wireguard", {})
     vpn = "kernel" if wireguard.get("kernel_module") else "wireguard-go" if wireguard.get("wireguard_go") else "missing"
-    return [endpoint(node),
+    return [printable(line) for line in [endpoint(node),
             f"jump        {node.jump or '—'}", f"key         {node.key_path or 'SSH agent'}",
             f"cluster     {node.cluster or '—'}",
             f"os          {system.get('os_name', '?')} {system.get('arch', '')}",
@@ -100,4 +102,4 @@ def node_panel_lines(node: Node) -> list[str]:
             f"containerd  {f.get('containerd', {}).get('version') or 'not installed'}",
             f"wireguard   {vpn}",
             f"k3s         {f.get('k3s', {}).get('version') or 'not installed'}",
-            f"public ip   {f.get('public_ip') or '—'}"]
+            f"public ip   {f.get('public_ip') or '—'}"]]

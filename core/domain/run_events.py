@@ -17,20 +17,20 @@ import re
 from dataclasses import dataclass
 
 from core.domain.records import Status
+from core.domain.terminal_text import printable
 
 EVENT_PREFIX = "geotrain-event "
 STEP_LINE = re.compile(r"\bstep ([0-9]{1,15})/([0-9]{1,15})\b")  # ASCII, bounded: int() of 5000 digits raises
 MARK = "▸ "  # what an event's readable line starts with, in the log view and `workspaces logs`
 MAX_EVENT_CHARS = 4000  # an event is small; a longer line is not one of ours
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _PREFIX = re.compile(r"\[default\d+\]:|\[rank \d+\]")  # torchrun's --tee prefix, or ours
 MAX_NUMBER = 10 ** 15  # no count, step, rank or time in an event comes near this
 _COUNTS = ("done", "total", "seconds", "step", "outer_step", "rank", "world")  # never negative
 
 
 def one_line(text: str) -> str:
-    """Text from a worker, a pod or an API, safe to print: control characters become spaces."""
-    return _CONTROL.sub(" ", str(text))
+    """Text from a worker, a pod or an API, safe to print (core.domain.terminal_text)."""
+    return printable(text)
 
 
 def _no_constant(name: str):
@@ -136,13 +136,13 @@ def describe(event: dict) -> str:
 
 
 def readable(line: str) -> str | None:
-    """The readable form of an event line, on one line (control characters a value decoded to
-    — newlines, escape sequences — become spaces); None when it is not a well-formed event."""
+    """The readable form of an event line, on one line (escape sequences a value decoded to are
+    removed, newlines become spaces); None when it is not a well-formed event."""
     event = parse_event(line)
     if event is None:
         return None
     try:
-        return _CONTROL.sub(" ", describe(event))
+        return printable(describe(event))
     except Exception:  # noqa: BLE001 - a worker's line must never stop the reader; show it raw
         return None
 
@@ -165,7 +165,7 @@ class WorkerPhase:
         if event is not None:
             try:
                 self._event(event)
-                self.detail = _CONTROL.sub(" ", self.detail)
+                self.detail = printable(self.detail)
             except Exception:  # noqa: BLE001 - a worker's line must never stop the reader
                 self.status, self.detail = before
                 return False

@@ -25,7 +25,7 @@ def dataset_access(repo: str, token: str | None) -> Finding:
     accept = f"with the token's account, accept the terms at {hub}/datasets/{repo}, then deploy again"
     if not token:
         return Finding(ALL_NODES, "dataset access", "no HF token given", needed,
-                       f"{accept} with --hf-token or HF_TOKEN")
+                       f"{accept} with HF_TOKEN or --ask-tokens")
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
@@ -39,7 +39,7 @@ def dataset_access(repo: str, token: str | None) -> Finding:
     except HfHubHTTPError as exc:
         if _code(exc) in (401, 403):
             return Finding(ALL_NODES, "dataset access", f"the Hub refused the token (HTTP {_code(exc)})",
-                           needed, f"create a read token at {hub}/settings/tokens and pass it (--hf-token or HF_TOKEN)")
+                           needed, f"create a read token at {hub}/settings/tokens and pass it (HF_TOKEN or --ask-tokens)")
         return Finding(ALL_NODES, "dataset access", f"the Hub answered HTTP {_code(exc)}", needed,
                        "try again later", UNKNOWN)
     except Exception as exc:  # network down, offline mode: the nodes may still reach it

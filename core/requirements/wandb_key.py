@@ -6,7 +6,8 @@ ones, or none installed, https://api.wandb.ai), with the key as HTTP basic auth 
 as wandb's public API sends it. That is where the runs log: the local cluster's workers inherit
 this machine's environment, and a Kubernetes cluster's pods are given WANDB_BASE_URL when it is set
 here (core.domain.wandb_server, checked as an address first). A server that cannot be reached leaves the key
-unchecked, not refused."""
+unchecked, not refused. A redirect is never followed: urllib would send the key on to wherever it points
+(another host, or plain http), so the check stops there and says so."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ _JWT = re.compile(r"[\w-]+\.[\w-]+\.[\w-]+")
 _SECRET = re.compile(r"[\w-]+")
 NEEDED = "a valid W&B API key"
 WHERE = "paste the key from wandb.ai/authorize, or none (runs stay offline)"
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Turns a redirect into its HTTPError, so the Authorization header goes nowhere else."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def format_problem(key: str) -> str | None:
@@ -76,11 +88,15 @@ def check_wandb_key(key: str) -> Finding:
         headers={"Content-Type": "application/json",
                  "Authorization": "Basic " + base64.b64encode(f"api:{key}".encode()).decode()})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
             answer = json.loads(response.read(65536) or b"{}")
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             return Finding(ALL_NODES, "W&B key", f"refused by {server} (HTTP {exc.code})", NEEDED, WHERE)
+        if exc.code in REDIRECTS:
+            return Finding(ALL_NODES, "W&B key", f"{server} redirected the check (HTTP {exc.code}); the key was "
+                           "not sent on; format is right", NEEDED,
+                           "set WANDB_BASE_URL to the address the server answers on itself", UNKNOWN)
         return Finding(ALL_NODES, "W&B key", f"{server} answered HTTP {exc.code}; format is right",
                        NEEDED, "try again later", UNKNOWN)
     except (OSError, ValueError, http.client.HTTPException) as exc:

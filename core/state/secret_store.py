@@ -59,8 +59,9 @@ class SecretStore:
             if kept != data:
                 self._save(kept)
 
-    def values(self) -> list[str]:
-        return list(self._load().values())
+    def values(self, prefix: str = "") -> list[str]:
+        """The tokens whose reference starts with `prefix` ("ws-abc/": one workspace's)."""
+        return [value for ref, value in self._load().items() if ref.startswith(prefix)]
 
 
 def redact(text: str, secrets: list[str]) -> str:

@@ -3,17 +3,22 @@
 It keeps state like the real one (ConfigMaps, Secrets, PersistentVolumeClaims, NetworkPolicies,
 Volcano Jobs, pods, PodGroups, nodes, DaemonSets), answers with the real status codes and Status bodies, and streams pod logs
 with chunked transfer encoding. The test plays kubelet and Volcano controller through
-its methods: create pods, write log chunks, restart or recreate containers.
+its methods: create pods, write log chunks, restart or recreate containers. Pod exec is a real
+websocket (Kubernetes' channel protocol, v4): what `exec_output[pod]` yields goes out as
+stdout frames, as long as the client reads.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -54,6 +59,9 @@ class FakeKubeAPI:
         self.namespaces: dict[str, dict[str, str]] = {"default": {}}  # name -> labels
         self.forbidden: set[tuple[str, str]] = set()  # (HTTP method, resource)
         self.requests: list[tuple[str, str, dict]] = []
+        self.exec_output: dict[str, Iterable[bytes]] = {}  # pod -> the stdout chunks its exec writes
+        self.execs: list[tuple[str, dict[str, list[str]]]] = []  # (pod, query) of each exec
+        self.exec_sent: dict[str, int] = {}  # pod -> stdout bytes sent before the stream ended
         self.cond = threading.Condition()
         self.closed = False
         self._server: ThreadingHTTPServer | None = None
@@ -226,6 +234,17 @@ def _fields_match(obj: dict, selector: str) -> bool:
     return True
 
 
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 1.3
+
+
+def _frame(payload: bytes, opcode: int = 0x2) -> bytes:
+    """One unmasked server-to-client websocket frame (RFC 6455 5.2): binary, or close."""
+    size = len(payload)
+    length = bytes([size]) if size < 126 else (bytes([126]) + size.to_bytes(2, "big") if size < 1 << 16
+                                                else bytes([127]) + size.to_bytes(8, "big"))
+    return bytes([0x80 | opcode]) + length + payload
+
+
 def _status(code: int, reason: str, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
@@ -251,6 +270,29 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
+    def _exec(self, pod: str, query: dict[str, list[str]]) -> None:
+        """Upgrade to a websocket (RFC 6455 4.2.2), send the pod's stdout on channel 1, then close."""
+        self.fake.execs.append((pod, query))
+        accept = base64.b64encode(hashlib.sha1(
+            (self.headers.get("Sec-WebSocket-Key", "") + WEBSOCKET_GUID).encode()).digest()).decode()
+        self.send_response(101)
+        for name, value in (("Upgrade", "websocket"), ("Connection", "Upgrade"),
+                            ("Sec-WebSocket-Accept", accept), ("Sec-WebSocket-Protocol", "v4.channel.k8s.io")):
+            self.send_header(name, value)
+        self.end_headers()
+        self.close_connection = True
+        sent = 0
+        try:
+            for chunk in self.fake.exec_output.get(pod, ()):
+                self.wfile.write(_frame(b"\x01" + chunk))
+                sent += len(chunk)
+            self.wfile.write(_frame(b"", opcode=0x8))
+            self.wfile.flush()
+        except OSError:
+            pass  # the client closed the stream
+        finally:
+            self.fake.exec_sent[pod] = sent
+
 
     def _route(self, method: str) -> None:
         url = urlparse(self.path)
@@ -259,6 +301,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.body = json.loads(self.rfile.read(length) or b"{}")  # read always: keep-alive
         self.fake.requests.append((method, url.path, query))
         path = url.path
+        pod_exec = re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/([^/]+)/exec", path)
+        if pod_exec and method == "GET":
+            return self._exec(pod_exec[1], parse_qs(url.query))
         if path == "/apis/batch.volcano.sh/v1alpha1" and method == "GET":
             return self._discovery()
         if path in CLUSTER_LISTS:

@@ -1,7 +1,7 @@
 """`workspaces export` of a Kubernetes workspace against the stand-in API server: pod logs
 and metrics through the API (the real `kubernetes` client over HTTP), the resolved config
-from the job's ConfigMap rendering. Checkpoints stay in the pods' volume: copying them out
-needs pod exec (a websocket), which the stand-in cannot serve (see the report of issue 16)."""
+from the job's ConfigMap rendering, and checkpoints through pod exec, a real websocket the stand-in
+serves with what the test's container writes."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_export_of_a_pod_workspace_keeps_logs_metrics_and_config(fake, kubeconfi
     dest = tmp_path / "exported"
     code, out, err = run(capsys, "workspaces", "export", ws.id, str(dest))
     assert code == 0, err
-    assert "Checkpoints NOT exported: copying checkpoints out of pod" in out, out
+    assert "Checkpoints NOT exported: reading the checkpoints of pod" in out, out  # its exec wrote nothing
     manifest = json.loads((dest / "geotrain-export.json").read_text())
     assert manifest["checkpoints_copied"] is False and manifest["cluster"] == "mycluster"
     assert (dest / "logs" / "master-0.log").read_text() == (
@@ -69,9 +69,8 @@ def _tar(members: list[tuple[str, bytes | str | None, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def test_checkpoints_of_running_pods_are_merged_and_hostile_members_skipped(fake, kubeconfig, capsys,
-                                                                             tmp_path, monkeypatch):
-    """Pods and the API are the stand-in's; the exec websocket is a recording test double."""
+def test_checkpoints_of_running_pods_are_merged_and_hostile_members_skipped(fake, kubeconfig, capsys, tmp_path):
+    """Pods, the API and the exec websocket are the stand-in's; the client is the real one."""
     ws, master, worker = _deploy(fake, kubeconfig, capsys)
     archives = {
         master: _tar([("./step_00000010/rank_0.pt", None, b"weights-0"),
@@ -81,19 +80,15 @@ def test_checkpoints_of_running_pods_are_merged_and_hostile_members_skipped(fake
         worker: _tar([("./step_00000010/rank_1.pt", None, b"weights-1"),
                       ("./step_00000010/rank_1.json", None, b"{}"), ("./step_00000010/rank_0.pt", None, b"other"),
                       ("./dev", "dev", b""), ("./notes.txt", None, b"hi")])}
-    calls = []
-
-    def exec_stream(method, pod, namespace, **kwargs):
-        calls.append((pod, namespace, kwargs["container"], kwargs["command"], kwargs["stdin"], kwargs["tty"]))
-        # wrapped lines, as `base64` prints, then the command's exit line
-        return base64.encodebytes(archives[pod]).decode() + f"{pod_files.SENTINEL} 0\n"
-
-    monkeypatch.setattr(pod_files, "stream", exec_stream)
+    for pod, archive in archives.items():  # wrapped lines, as `base64` prints, then the command's exit line
+        text = base64.encodebytes(archive) + f"{pod_files.SENTINEL} 0\n".encode()
+        fake.exec_output[pod] = [text[i:i + 1000] for i in range(0, len(text), 1000)]
     dest = tmp_path / "exported"
     code, out, err = run(capsys, "workspaces", "export", ws.id, str(dest))
     assert code == 0, err
-    assert sorted(c[0] for c in calls) == sorted([master, worker])
-    assert all(c[1:] == ("default", "trainer", pod_files.TAR_COMMAND, False, False) for c in calls)
+    assert sorted(pod for pod, _ in fake.execs) == sorted([master, worker]), out
+    assert all((q["container"], q["command"], q["stdin"], q["stdout"], q["tty"]) ==
+               (["trainer"], pod_files.TAR_COMMAND, ["false"], ["true"], ["false"]) for _, q in fake.execs), fake.execs
     manifest = json.loads((dest / "geotrain-export.json").read_text())
     assert manifest["checkpoints_copied"] and manifest["checkpoint_steps"] == [10]
     ckpt = dest / "checkpoints" / "step_00000010"
@@ -106,7 +101,7 @@ def test_checkpoints_of_running_pods_are_merged_and_hostile_members_skipped(fake
 
 
 def test_skipped_member_names_reach_the_terminal_without_control_characters(capsys, monkeypatch):
-    """The pod names its tar members: an escape sequence in one is printed as spaces.
+    """The pod names its tar members: escape sequences in one are removed, a newline is a space.
     (A stand-in service returns the manifest; the export itself is tested above.)"""
     from types import SimpleNamespace
 
@@ -119,23 +114,24 @@ def test_skipped_member_names_reach_the_terminal_without_control_characters(caps
     monkeypatch.setattr(workspace_results, "WorkspaceService", StandInService)
     assert workspace_results.cmd_export(SimpleNamespace(id="ws", dir="d", json=False)) == 0
     out = capsys.readouterr().out
-    assert "checkpoints/a [2J ]0;owned b c.txt" in out and "\x1b" not in out and "\x07" not in out
+    assert "checkpoints/ab c.txt" in out and "\x1b" not in out and "\x07" not in out  # sequences removed
 
 
-class _NoApi:
-    connect_get_namespaced_pod_exec = None  # the stream double never calls it
+def _core_api(fake):
+    from kubernetes import client
+    return client.CoreV1Api(client.ApiClient(client.Configuration(host=fake.url)))
 
 
-def test_a_cut_or_failed_checkpoint_stream_is_one_backend_error(tmp_path, monkeypatch):
-    """The exec websocket is a test double; the unpacking is the real code."""
+def test_a_cut_or_failed_checkpoint_stream_is_one_backend_error(fake, tmp_path):
+    """The exec websocket is the stand-in's; reading and unpacking are the real code."""
     import pytest
     from core.errors import BackendError
-    whole = base64.encodebytes(_tar([("./step_00000010/rank_0.pt", None, b"w" * 5000)])).decode()
-    for text, said in [(whole, "ended early"), (whole + f"{pod_files.SENTINEL} 2\n", "tar exited with 2"),
-                       (f"{pod_files.SENTINEL} toobig 9999999\n", "larger than 2 GiB")]:
-        monkeypatch.setattr(pod_files, "stream", lambda *a, _t=text, **k: _t)
+    whole = base64.encodebytes(_tar([("./step_00000010/rank_0.pt", None, b"w" * 5000)]))
+    for text, said in [(whole, "ended early"), (whole + f"{pod_files.SENTINEL} 2\n".encode(), "tar exited with 2"),
+                       (f"{pod_files.SENTINEL} toobig 9999999\n".encode(), "larger than 2 GiB")]:
+        fake.exec_output["p"] = [text]
         with pytest.raises(BackendError, match=said):
-            pod_files.read_checkpoint_archive(_NoApi(), "p", "default", "trainer")
+            pod_files.read_checkpoint_archive(_core_api(fake), "p", "default", "trainer")
     archive = _tar([("./step_00000010/rank_0.pt", None, b"w" * 5000)])
     with pytest.raises(BackendError, match="cut short"):
         pod_files.unpack_checkpoints(archive[:1500], tmp_path)

@@ -69,7 +69,7 @@ def test_table_text_from_nodes_is_shown_literally():
             table = app.screen.query_one(RequirementsTable)
             table.show(Report([Finding("gpu-a", "facts", hostile, "fresh facts", "[link=x]refresh[/link]")]))
             await pilot.pause()
-            assert table.texts() == [("gpu-a", "facts", "[bold red]boom[/]  [31mred", "fresh facts",
+            assert table.texts() == [("gpu-a", "facts", "[bold red]boom[/] red", "fresh facts",
                                       "[link=x]refresh[/link]")]
             table.show(None)
             assert not table.display

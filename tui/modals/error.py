@@ -8,6 +8,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from core.domain.terminal_text import printable
 from core.errors import GeotrainError
 
 
@@ -25,7 +26,7 @@ class ErrorScreen(ModalScreen[None]):
     def __init__(self, title: str, error: BaseException) -> None:
         super().__init__()
         self.title_text = title
-        self.message, self.hint = describe(error)
+        self.message, self.hint = map(printable, describe(error))  # a server's or a pod's words, often
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="error"):

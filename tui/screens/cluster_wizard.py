@@ -12,6 +12,7 @@ from textual.widgets import (Checkbox, ContentSwitcher, Footer, Header, Input, L
 from textual.widgets.selection_list import Selection
 
 from core.bootstrap.failures import check_bundle
+from core.domain.terminal_text import printable
 from core.errors import InvalidInput
 from core.state.node_records import list_nodes
 from tui.cluster_builder import WizardRequest
@@ -106,7 +107,7 @@ class ClusterWizardScreen(GeotrainScreen):
         self.refresh_bindings()
 
     def _error(self, text: str) -> None:
-        self.query_one("#wizard-error", Static).update(text and f"✗ {text}")
+        self.query_one("#wizard-error", Static).update(text and f"✗ {printable(text)}")
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         allowed = {"node_log": ("preflight", "deploy", "done"), "import_kubeconfig": ("done",),
@@ -191,15 +192,16 @@ class ClusterWizardScreen(GeotrainScreen):
     def _finished(self, message: BuildFinished) -> None:
         outcome = message.outcome
         self.outcomes[message.stage] = outcome
+        lines = [printable(line) for line in outcome.lines]  # may end with a server's words
         if message.stage == "preflight":
             verdict = ("All nodes can take part: press enter to deploy." if outcome.ok else
                        "Blocked: nothing was changed. Fix the above, then esc and retry.")
-            self.query_one("#preflight-summary", Static).update("\n".join(outcome.lines + [verdict]))
+            self.query_one("#preflight-summary", Static).update("\n".join(lines + [verdict]))
             return
-        self.query_one("#deploy-summary", Static).update("\n".join(outcome.lines))
+        self.query_one("#deploy-summary", Static).update("\n".join(lines))
         self.query_one("#build-summary", Static).update(
-            "\n".join(outcome.lines) + ("\nCluster ready." if outcome.ok else
-                                        "\nSome nodes failed: see their logs (l)."))
+            "\n".join(lines) + ("\nCluster ready." if outcome.ok else
+                                "\nSome nodes failed: see their logs (l)."))
         self.query_one("#done-hint", Static).update(IMPORT_HINT if self._k3s_up() else NO_K3S_HINT)
         self.query_one(NetMatrix).show(self.app.cluster_builder.net_matrix(self.request.name))
         self._go("done")

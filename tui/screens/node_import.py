@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Footer, Header, Input, Static
 
+from core.domain.terminal_text import printable
 from core.errors import GeotrainError
 from core.nodes.import_file import read_import_file
 from core.nodes.pool import ImportRequest
@@ -75,7 +76,7 @@ class NodeImportScreen(GeotrainScreen):
 
     @on(FormProblem)
     def _problem(self, message: FormProblem) -> None:
-        self.query_one("#form-error", Static).update(Text(f"✗ {message.text}"))  # foreign text
+        self.query_one("#form-error", Static).update(Text(f"✗ {printable(message.text)}"))  # foreign text
 
     @on(NodesImported)
     def _imported(self, message: NodesImported) -> None:

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from core.domain import describe
 from core.domain.records import Node
+from core.domain.terminal_text import printable
 from tui import formatting
 from tui.messages import NodesLoaded
 from tui.screens.table_screen import TableScreen
@@ -39,7 +40,7 @@ def node_details(node: Node) -> Text:
     lines = describe.node_panel_lines(node)
     text = Text.assemble((node.name, "bold"), "  ", "\n".join(lines))  # facts come from the server: literal
     for reason in node.blockers:
-        text.append("\n").append("✗", style="bold red").append(f" {reason}")
+        text.append("\n").append("✗", style="bold red").append(f" {printable(reason)}")
     return text
 
 

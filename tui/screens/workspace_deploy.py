@@ -23,6 +23,7 @@ from core.domain import recipe_catalog
 from core.state.cluster_records import list_clusters
 from core.errors import GeotrainError, InvalidInput
 from core.domain.records import TEMPLATES
+from core.domain.terminal_text import printable
 from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
 from core.planner.wan_what_if import OVERLAP_LOSS
 from core.planner.datacenter_inputs import DEFAULT_STEPS, choose_for_cluster
@@ -269,7 +270,7 @@ class DeployScreen(GeotrainScreen):
         self._problem(message.text)
 
     def _problem(self, text: str) -> None:
-        self.query_one("#form-error", Static).update(text and f"✗ {text}")
+        self.query_one("#form-error", Static).update(text and f"✗ {printable(text)}")  # a server's words, often
 
     @on(WorkspaceDeployed)
     def _deployed(self, message: WorkspaceDeployed) -> None:

@@ -11,6 +11,7 @@ from textual.widgets import Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from core.backends import wandb_runs
+from core.domain.terminal_text import printable
 from tui import formatting
 from tui.actions import ask_delete
 from tui.screens.base import GeotrainScreen
@@ -28,11 +29,12 @@ def status_text(ws, state, wandb_line: str = "") -> Text:
                          f"{ws.spec.workers} workers · {ws.spec.steps} steps\nstatus  ",
                          formatting.status(state.status))
     if state.reason:
-        text.append(f"  ({state.reason})")
+        text.append(f"  ({printable(state.reason)})")
     if wandb_line:
-        text.append(f"\n{wandb_line}")
+        text.append(f"\n{printable(wandb_line)}")
     for w in state.workers:
-        text.append(f"\n  {w.name:<12} ").append_text(formatting.status(w.status)).append(f" {w.detail}")
+        text.append(f"\n  {printable(w.name):<12} ").append_text(formatting.status(w.status)).append(
+            f" {printable(w.detail)}")
     return text
 
 class WorkspaceDetailScreen(GeotrainScreen):

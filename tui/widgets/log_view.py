@@ -9,7 +9,6 @@ geotrain's own event lines (`geotrain-event {json}`) show as one readable line e
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from typing import Iterable
 
@@ -22,22 +21,20 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.domain import run_events
+from core.domain.terminal_text import printable
 from tui.log_feed import BatchGate
 from tui.messages import LogBatch
 from tui.palettes import worker_colours
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _WRAP_FACTOR = 4  # rows kept per line when wrapping, to bound memory
 _SETTLE_TRIES = 50  # refreshes to wait for the layout that lets a scroll to the end take
 _EVENT_STYLE = Style(italic=True)
 
 
 def clean(text: str) -> str:
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
-    if "\t" in text:
-        text = text.expandtabs(4)
-    return text.rstrip("\r")
+    """A worker's line as shown: no escape sequence or control character (core.domain.terminal_text)."""
+    text = printable(text.rstrip("\r"))
+    return text.expandtabs(4) if "\t" in text else text
 
 
 class LogView(ScrollView, can_focus=True):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
+from core.domain.terminal_text import printable
+
 _BAR = 8
 
 
@@ -42,7 +44,7 @@ class ProgressTable(DataTable):
             return
         self.states[(node, step)] = state
         self.update_cell(node, step, bar(progress, state))
-        self.update_cell(node, "latest", Text(message[:70], style="red" if state == "failed" else ""),
+        self.update_cell(node, "latest", Text(printable(message[:70]), style="red" if state == "failed" else ""),
                          update_width=True)
 
     def selected_node(self) -> str | None:
