@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.domain.terminal_text import printable
+
 FAIL, UNKNOWN, OK = "fail", "unknown", "ok"
 COLUMNS = ("node", "check", "found", "needed", "what to do")
 
@@ -66,11 +68,6 @@ class Report:
     def ignoring(self) -> str:
         """For --force: what the user goes on without, in one line."""
         return "; ".join(f"{f.check} on {f.node} ({f.found}, need {f.needed})" for f in self.failures)
-
-
-def printable(text: str) -> str:
-    """Text with control characters (escape sequences, newlines) replaced by spaces."""
-    return "".join(c if c.isprintable() else " " for c in str(text))
 
 
 def gb(value: float) -> str:
