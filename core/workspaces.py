@@ -27,6 +27,7 @@ from core.domain.records import Status, Workspace, WorkspaceSpec
 from core.domain.recovery import RecoverySettings
 from core.state.secret_store import TOKEN_ENV, SecretStore
 from core.state.store import Store
+from core.nodes import node_dirs
 
 DEFAULTS = {"model": "gpt-neo", "size": "tiny", "preset": "medium", "workers": 2, "steps": 200}
 
@@ -300,7 +301,7 @@ class WorkspaceService:
         ws = self.get(workspace_id)
         backend = self.backend(ws.cluster)
         backend.delete(workspace_id)
-        backend.remove_node_files(workspace_id, ws.spec)
+        backend.remove_node_files(workspace_id, ws.spec, node_dirs.pool_remover(self.store))
         self._forget(workspace_id)
 
 

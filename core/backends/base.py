@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from core.domain.records import WorkspaceSpec
 from core.errors import InvalidInput
@@ -66,9 +66,11 @@ class Backend(abc.ABC):
     def delete(self, workspace_id: str) -> None:
         """Stop everything of the workspace and remove its files/resources. Idempotent."""
 
-    def remove_node_files(self, workspace_id: str, spec: WorkspaceSpec) -> None:
-        """After delete: remove what the workspace kept outside the backend's own objects
-        (a Kubernetes workspace's node directory); nothing for most backends."""
+    def remove_node_files(self, workspace_id: str, spec: WorkspaceSpec,
+                          remove_dirs: Callable[[list[str], str, str], list[str]]) -> None:
+        """After delete: remove what the workspace kept outside the backend's own objects (a
+        Kubernetes workspace's node directory, through `remove_dirs(nodes, base, job)` ->
+        failures, core.nodes.node_dirs); nothing for most backends."""
 
     def kept_after_delete(self, workspace_id: str, spec: WorkspaceSpec) -> str:
         """What a delete leaves behind and where, in words; '' when nothing."""

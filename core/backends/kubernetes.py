@@ -202,10 +202,10 @@ class KubernetesBackend(Backend):
         self._delete_object("PersistentVolumeClaim", claim_name(job_name(workspace_id)))
         self._delete_object("NetworkPolicy", policy_name(job_name(workspace_id)))  # last, after the Job
 
-    def remove_node_files(self, workspace_id: str, spec: WorkspaceSpec) -> None:
+    def remove_node_files(self, workspace_id: str, spec: WorkspaceSpec, remove_dirs) -> None:
         """Its checkpoint directory on the nodes, once its pods are gone (core.backends.node_files)."""
         node_files.remove(self.cluster, workspace_id, job_name(workspace_id), spec,
-                          lambda: bool(self._pods(workspace_id)))
+                          lambda: bool(self._pods(workspace_id)), remove_dirs)
 
     def kept_after_delete(self, workspace_id: str, spec: WorkspaceSpec) -> str:
         return kept_after_delete(job_name(workspace_id), spec, self.cluster)

@@ -4,13 +4,12 @@ k3s goes (service, binary, data), the mesh interface and key pair go, containerd
 and the owner's own config comes back; packages geotrain installed are removed unless
 `keep_packages`; geotrain's node data goes (NODE_DATA: the dataset cache, the recipes'
 Python packages, checkpoints kept in node directories, downloads). Best effort per node:
-every node is tried, failures are summed up. A deleted workspace's own node directory goes
-the same way (remove_workspace_dir).
+every node is tried, failures are summed up. (A deleted workspace's own node directory:
+core.nodes.node_dirs.)
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Callable
 
@@ -25,8 +24,6 @@ from core.bootstrap.session import CommandLog
 from core.bootstrap.services import RUN_DIR
 from core.bootstrap.wireguard_boot import config_path
 from core.bootstrap.wireguard_mesh import KEY_PATH
-from core.domain.recovery import check_host_path
-from core.kubernetes.names import JOB_NAME_MAX
 from core.state.cluster_records import delete_cluster as delete_record
 from core.state.cluster_records import get_cluster
 from core.errors import InvalidInput
@@ -35,7 +32,6 @@ from core.state.store import Store
 
 q = shlex.quote  # every name and path below reaches the node's root shell
 NODE_DATA = "/var/lib/geotrain"  # the default home of every node directory geotrain's pods use
-JOB_DIR_RE = re.compile(r"gt-[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # core.kubernetes.names.job_name
 
 
 def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) -> list[tuple]:
@@ -91,32 +87,6 @@ def kept_text(config: dict) -> str:
     return (f"On every node this removes k3s and its data (/var/lib/rancher/k3s), the mesh and "
             f"geotrain's containerd setup, and {NODE_DATA} (dataset cache, the recipes' Python "
             f"packages, checkpoints kept in node directories, downloads). Kept: {'; '.join(kept)}.")
-
-
-def workspace_dir(base: str, job: str) -> str:
-    """`<base>/<job>`: only for a whole job name as job_name() makes it and a checked node
-    directory, so what reaches `rm -rf` is one workspace's directory and nothing above it."""
-    if len(job) > JOB_NAME_MAX or not JOB_DIR_RE.fullmatch(job) or not base.startswith("/"):
-        raise InvalidInput(f"{base!r}/{job!r} is not a workspace's node directory: nothing is removed",
-                           "this is a geotrain bug; please report it")
-    return f"{check_host_path(base)}/{job}"
-
-
-def remove_workspace_dir(cluster: str, base: str, job: str,
-                         shell_factory: ShellFactory | None = None,
-                         store: Store | None = None) -> list[str]:
-    """Remove one workspace's node directory on every node of a cluster geotrain built;
-    the nodes where that failed, each as 'node: why' ([] when done everywhere)."""
-    path = workspace_dir(base, job)
-    store = store or Store()
-
-    def remove(ctx: DeployContext, target: NodeTarget) -> str:
-        target.session.change(f"rm -rf -- {q(path)}", what=f"removing {path}")
-        return f"{path} removed"
-
-    result = deploy(build_plan(store, cluster, []), steps=[Step("cleanup", [Phase("remove", remove)])],
-                    shell_factory=shell_factory, store=store, record=False)
-    return [f"{f.node}: {f.message}" for f in result.summary.failures]
 
 
 def release_removal(systemd: bool) -> str:

@@ -1,6 +1,7 @@
 """Issue 38.12: a deleted workspace's checkpoint directory goes from every node of a cluster
 geotrain built, and nothing beside it: the path is built from a job name matched whole, under
-a checked node directory, and quoted (real sshd test hosts)."""
+a checked node directory, and quoted (core.nodes.node_dirs, on real sshd test hosts); and
+what a cluster's delete removes from its nodes and what it leaves is said."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import subprocess
 import pytest
 
 from core.bootstrap import teardown
-from core.bootstrap.deploy import build_plan, deploy
 from core.errors import GeotrainError
 from core.kubernetes.names import job_name
-from core.state.cluster_records import get_cluster
+from core.nodes import node_dirs
+from core.state.node_records import get_node
 from core.state.store import Store
-from tests.bootstrap.cluster_hosts import MESH_SUBNET, PREFIX, SUBNET, ShellFactory, add_host_nodes
+from tests.bootstrap.cluster_hosts import PREFIX, SUBNET, ShellFactory, add_host_nodes
 
 BASE = "/var/lib/geotrain/checkpoints"
 
@@ -26,45 +27,40 @@ def test_a_job_name_that_is_not_whole_removes_nothing(job):
         raise AssertionError("nothing may reach a node")
 
     with pytest.raises(GeotrainError) as refused:
-        teardown.remove_workspace_dir("any", BASE, job, shell_factory=no_shell)
+        node_dirs.remove_workspace_dir([object()], BASE, job, no_shell)
     assert "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize("base", ["/", "/var/lib", "/var/lib/geotrain/../../etc", "relative", "/etc/x"])
 def test_a_base_that_is_not_a_node_directory_removes_nothing(base):
     with pytest.raises(GeotrainError):
-        teardown.workspace_dir(base, "gt-ws")
+        node_dirs.workspace_dir(base, "gt-ws")
 
 
 @pytest.mark.parametrize("workspace_id", ["ws-1", "../../etc", "a b;rm -rf /", "Ω" * 50, "UPPER/.."])
 def test_every_job_name_geotrain_makes_is_one_directory_under_the_base(workspace_id):
-    path = teardown.workspace_dir(BASE, job_name(workspace_id))
+    path = node_dirs.workspace_dir(BASE, job_name(workspace_id))
     assert path.rsplit("/", 1) == [BASE, job_name(workspace_id)]
 
 
 def test_only_the_workspace_directory_goes_from_every_node(make_test_hosts, geotrain_home):
     hosts = make_test_hosts(2, prefix=PREFIX, subnet=SUBNET)
     store = Store()
-    names = add_host_nodes(store, hosts)
+    nodes = [get_node(store, n) for n in add_host_nodes(store, hosts)]
     factory = ShellFactory(hosts)
-    assert deploy(build_plan(store, "ckpt", names, subnet=MESH_SUBNET), only=["preflight"],
-                  shell_factory=factory, store=store).summary.ok
-    assert get_cluster(store, "ckpt").nodes == names
     for host in hosts:
         host.run(f"mkdir -p {BASE}/gt-ws-a {BASE}/gt-ws-ab {BASE}/gt-ws-a-b && "
                  f"touch {BASE}/gt-ws-a/step-3.pt {BASE}/gt-ws-ab/step-1.pt")
-    assert teardown.remove_workspace_dir("ckpt", BASE, "gt-ws-a", shell_factory=factory,
-                                         store=store) == []
+    assert node_dirs.remove_workspace_dir(nodes, BASE, "gt-ws-a", factory) == []
     for host in hosts:
         assert host.run(f"ls -A {BASE}").stdout.split() == ["gt-ws-a-b", "gt-ws-ab"]
     # again: already gone is fine; a node that cannot be reached is named, one line
     subprocess.run(["ip", "link", "set", hosts[1].veth, "down"], check=True)  # off the network
     try:
-        [failed] = teardown.remove_workspace_dir("ckpt", BASE, "gt-ws-ab", shell_factory=factory,
-                                                 store=store)
+        [failed] = node_dirs.remove_workspace_dir(nodes, BASE, "gt-ws-ab", factory)
     finally:
         subprocess.run(["ip", "link", "set", hosts[1].veth, "up"], check=True)
-    assert failed.startswith(f"{names[1]}: ") and "\n" not in failed
+    assert failed.startswith(f"{hosts[1].name}: ") and "\n" not in failed
     assert hosts[0].run(f"ls -A {BASE}").stdout.split() == ["gt-ws-a-b"]
     assert hosts[1].run(f"ls -A {BASE}").stdout.split() == ["gt-ws-a-b", "gt-ws-ab"]
 
