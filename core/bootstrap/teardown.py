@@ -72,10 +72,16 @@ def undo_commands(plan: ClusterPlan, target: NodeTarget, keep_packages: bool) ->
     packages = target.state.get("installed_packages", [])
     if packages and not keep_packages:
         cmds.append((f"{APT} remove -y -q {' '.join(map(q, packages))}", "removing packages"))
-    cmds.append((f"rm -rf {NODE_DATA} || [ -z \"$(ls -A {NODE_DATA})\" ]",  # a mount point stays, empty
-                 f"removing geotrain's node data ({NODE_DATA})"))
+    cmds.append((node_data_removal(), f"removing geotrain's node data ({NODE_DATA}; file systems "
+                                      "mounted below it stay)"))
     cmds.append((f"rm -rf {RUN_DIR}", "removing geotrain's run files"))
     return cmds
+
+
+def node_data_removal() -> str:
+    """--one-file-system: a share mounted below NODE_DATA (NFS datasets) is not emptied for every
+    cluster that uses it; such a mount point, and NODE_DATA itself if it is one, stays (kept_text)."""
+    return f"rm -rf --one-file-system {NODE_DATA}; true"
 
 
 def kept_text(config: dict) -> str:
@@ -84,6 +90,7 @@ def kept_text(config: dict) -> str:
     kept = [f"the cluster's dataset_cache {cache}"] if isinstance(cache, str) and not \
         (cache + "/").startswith(NODE_DATA + "/") else []
     kept.append("workspaces' recovery.host_path directories and claims")
+    kept.append(f"file systems mounted below {NODE_DATA} (a shared dataset mount, say), as they are")
     return (f"On every node this removes k3s and its data (/var/lib/rancher/k3s), the mesh and "
             f"geotrain's containerd setup, and {NODE_DATA} (dataset cache, the recipes' Python "
             f"packages, checkpoints kept in node directories, downloads). Kept: {'; '.join(kept)}.")

@@ -84,9 +84,16 @@ def _k3s_servers(nodes: Iterable[dict[str, Any]]) -> list[list[str]]:
 
 
 def _npc_disabled(args: list[str]) -> bool:
-    for arg in args:
-        flag, _, value = arg.partition("=")
-        if flag == "--disable-network-policy" and value.lower() not in ("false", "0"):
+    """k3s writes its arguments into `k3s.io/node-args` with each `--flag=value` split in two
+    elements, and config-file booleans arrive as `--flag=true|false` (k3s pkg/nodeconfig
+    getNodeArgs, after configfilearg.MustParse): ["--disable-network-policy", "false"] enforces."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag != "--disable-network-policy":
+            continue
+        if not eq and i + 1 < len(args) and args[i + 1].lower() in ("true", "false", "1", "0"):
+            value = args[i + 1]
+        if value.lower() not in ("false", "0"):
             return True
     return False
 

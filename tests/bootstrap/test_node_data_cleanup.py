@@ -70,3 +70,21 @@ def test_a_cluster_delete_says_what_goes_and_what_stays():
     assert "/var/lib/geotrain (dataset cache" in text and "/var/lib/rancher/k3s" in text
     assert "Kept: the cluster's dataset_cache /srv/datasets; workspaces' recovery.host_path" in text
     assert "dataset_cache" not in teardown.kept_text({"dataset_cache": "/var/lib/geotrain/ds"})
+
+
+def test_a_share_mounted_below_the_node_data_survives_a_cluster_delete(make_test_hosts):
+    """rm -rf crossed mount points: an NFS dataset share mounted under /var/lib/geotrain was
+    emptied for every cluster using it (found by review). The teardown's own command, on a real
+    host with a tmpfs standing in for the share."""
+    [host] = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
+    command = teardown.node_data_removal()
+    host.run("mkdir -p /var/lib/geotrain/datasets/share /var/lib/geotrain/pydeps && "
+             "mount -t tmpfs tmpfs /var/lib/geotrain/datasets/share && "
+             "touch /var/lib/geotrain/datasets/share/team.bin /var/lib/geotrain/pydeps/x.whl")
+    try:
+        assert host.run(command, check=False).returncode == 0
+        assert host.run("ls -A /var/lib/geotrain/datasets/share").stdout.split() == ["team.bin"]
+        assert host.run("ls -A /var/lib/geotrain").stdout.split() == ["datasets"]
+    finally:
+        host.run("umount /var/lib/geotrain/datasets/share", check=False)
+    assert "mounted below /var/lib/geotrain" in teardown.kept_text({})

@@ -106,3 +106,30 @@ def test_a_real_supervisor_outlives_hostile_lines(tmp_path, mode):
     assert (run_dir / "exit_code").read_text() == "0"
     log = (run_dir / "logs" / "worker-0.log").read_text()
     assert "geotrain-event []" in log and "step 1/1 loss 1.0" in log  # every line kept as text
+
+
+def test_a_worker_line_without_end_costs_one_cut_line(tmp_path):
+    """A worker that writes 40 MB without a newline: the supervisor's pump read whole lines
+    (150 MiB of memory for 50 MiB, found by review) and `logs` re-split the growing tail;
+    both now read bounded chunks and show one cut line."""
+    import subprocess
+    import sys
+
+    from core.backends.local.backend import LocalBackend
+    from core.backends.local.worker_group import pump_output
+    from core.domain.line_splitter import CUT_MARK, MAX_LINE_CHARS
+
+    run_dir = tmp_path / "gpt-neo-abcdef"
+    (run_dir / "logs").mkdir(parents=True)
+    writer = ("import sys\nfor _ in range(40): sys.stdout.write('x' * 1_000_000)\n"
+              "sys.stdout.write('\\nafter\\n')\n")
+    proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    pump_output("worker-0", proc, run_dir / "logs", RunHistory(run_dir, 1), [])
+    assert proc.wait() == 0
+    logged = (run_dir / "logs" / "worker-0.log").read_text().splitlines()
+    assert logged == ["x" * MAX_LINE_CHARS + CUT_MARK, "after"]
+
+    with open(run_dir / "logs" / "launcher.log", "w") as log:  # a log file read by `logs`
+        log.write("y" * 8_000_000 + "\nlast\n")
+    lines = [line for worker, line in LocalBackend(tmp_path)._read_new(run_dir, {}) if worker == "launcher"]
+    assert lines == ["y" * MAX_LINE_CHARS + CUT_MARK, "last"]

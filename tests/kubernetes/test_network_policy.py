@@ -178,6 +178,11 @@ def _k3s_server(args: list[str]) -> dict:
     ([_k3s_server(["--node-ip", "10.0.0.1"])], [], True),  # k3s's embedded kube-router controller
     ([_k3s_server(["--disable-network-policy"])], [], False),
     ([_k3s_server(["--disable-network-policy=false"])], [], True),
+    # k3s splits --flag=value in two in its node-args annotation (pkg/nodeconfig getNodeArgs), and
+    # config-file booleans arrive as --flag=true|false: read the next element as the value
+    ([_k3s_server(["--disable-network-policy", "false", "--write-kubeconfig-mode", "0600"])], [], True),
+    ([_k3s_server(["--disable-network-policy", "true"])], [], False),
+    ([_k3s_server(["--disable-network-policy", "--node-name", "false"])], [], False),
     ([_k3s_server(["--disable-network-policy", "--flannel-backend=none"])], [{"metadata": {"name": "calico-node"}}], True),
     ([], [{"metadata": {"name": "kube-flannel-ds"}}], False),  # flannel alone
     ([], [{"metadata": {"name": "rke2-canal"}}], True),

@@ -23,23 +23,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import psutil
 import yaml
 
 from core.state import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
-from core.backends.local.private_stores import loopback_env, private_dir
-from core.backends.local.supervisor import MARKER, kill_all, workspace_processes
 from core.backends.local.run_history import read_history, read_jsonl, read_phase
-from core.backends.export import ExportedRun, seed_checkpoints
 from core.errors import BackendError, InvalidInput, NotFound
+from core.domain.line_splitter import LineSplitter
 from core.domain.records import Status, WorkspaceSpec
 from core.domain.recipe_catalog import presets, recipe_env
 from core.domain.run_events import natural_key
 
+# psutil, the supervisor's modules and exports load where a workspace is started, recovered,
+# restored or deleted: reading a finished one's status (`workspaces show`) needs none of them.
+if TYPE_CHECKING:
+    import psutil
+
+    from core.backends.export import ExportedRun
+
 POLL_S = 0.2
+READ_CHUNK = 1024 * 1024
 VANISHED = "its supervisor process vanished"
 
 
@@ -83,6 +88,9 @@ class LocalBackend(Backend):
     def _env(self, workspace_id: str, spec: WorkspaceSpec, has_wandb_key: bool) -> dict[str, str]:
         from core.domain.recovery import RecoverySettings  # pydantic: not loaded to read a status
 
+        from core.backends.local.private_stores import loopback_env
+        from core.backends.local.supervisor import MARKER
+
         env = {"PYTHONUNBUFFERED": "1", MARKER: workspace_id,
                "PYTHONPATH": recipe_env()["PYTHONPATH"], **loopback_env()}
         if not has_wandb_key:
@@ -124,6 +132,8 @@ class LocalBackend(Backend):
     def _private_run_dir(self, workspace_id: str) -> Path:
         """The run directory, 0700 from its creation (restore() may have made it first): its
         stores, logs and checkpoints are this user's alone."""
+        from core.backends.local.private_stores import private_dir
+
         return private_dir(self.run_dir(workspace_id))
 
     def _start_supervisor(self, run_dir: Path, env: dict[str, str]) -> None:
@@ -146,6 +156,8 @@ class LocalBackend(Backend):
         """The supervisor itself vanished (killed, or the machine rebooted): start a new
         one in the same run directory; the workers resume from the newest checkpoint.
         (Failures of workers are the supervisor's own business.)"""
+        from core.backends.local.supervisor import kill_all, workspace_processes
+
         run_dir = self.run_dir(workspace_id)
         if state.reason != VANISHED or not (run_dir / "launch.json").exists():
             return None
@@ -165,6 +177,8 @@ class LocalBackend(Backend):
     def _our_supervisor(run_dir: Path) -> psutil.Process | None:
         """The process in supervisor.pid if it is this run's supervisor: a PID can be reused by
         any process after ours ended (or the file edited), and that one must never be killed."""
+        import psutil
+
         try:
             proc = psutil.Process(int((run_dir / "supervisor.pid").read_text()))
             argv = proc.cmdline()
@@ -175,6 +189,8 @@ class LocalBackend(Backend):
         return None
 
     def _supervisor_alive(self, run_dir: Path) -> bool:
+        import psutil
+
         proc = self._our_supervisor(run_dir)
         try:
             return proc is not None and proc.status() != psutil.STATUS_ZOMBIE
@@ -250,19 +266,18 @@ class LocalBackend(Backend):
         for path in sorted(log_dir.glob("*.log")):
             if path.name == "supervisor.log":
                 continue
-            offset, partial = tails.get(path, (0, ""))
+            offset, splitter = tails.get(path) or (0, LineSplitter())
+            worker = path.stem  # worker-N, or launcher: what the supervisor says of the group
             try:
                 with open(path, "rb") as handle:
                     handle.seek(offset)
-                    chunk = handle.read()
+                    while chunk := handle.read(READ_CHUNK):  # bounded reads, linear splitting
+                        offset += len(chunk)
+                        for line in splitter.feed(chunk):
+                            yield worker, line
             except FileNotFoundError:
                 continue
-            text = partial + chunk.decode("utf-8", errors="replace")
-            lines = text.split("\n")
-            tails[path] = (offset + len(chunk), lines.pop())
-            worker = path.stem  # worker-N, or launcher: what the supervisor says of the group
-            for line in lines:
-                yield worker, line
+            tails[path] = (offset, splitter)
 
     def metrics(self, workspace_id: str) -> list[dict]:
         return read_jsonl(self.run_dir(workspace_id) / "out" / "metrics.jsonl")
@@ -290,10 +305,14 @@ class LocalBackend(Backend):
                                f"deploy with --workers {export.ranks}")
         out = self._private_run_dir(workspace_id) / "out"
         out.mkdir()
+        from core.backends.export import seed_checkpoints
+
         return seed_checkpoints(export, self.checkpoint_root(workspace_id, spec), out)
 
     # delete -----------------------------------------------------------------
     def delete(self, workspace_id: str) -> None:
+        from core.backends.local.supervisor import kill_all, workspace_processes
+
         run_dir = self.run_dir(workspace_id)
         supervisor = self._our_supervisor(run_dir)
         if supervisor is not None:

@@ -19,10 +19,12 @@ from pathlib import Path
 
 from core.backends.local.private_stores import GROUP_STORE_ENV, store_file
 from core.backends.local.run_history import RunHistory
+from core.domain.line_splitter import LineSplitter
 from core.state.atomic_files import write_atomically
 from core.state.secret_store import redact
 
 POLL_S = 0.2
+READ_CHUNK = 64 * 1024
 STOP_GRACE_S = 10
 
 
@@ -38,16 +40,25 @@ def describe_exit(code: int) -> str:
 def pump_output(name: str, proc: subprocess.Popen, log_dir: Path, history: RunHistory,
                 secrets: list[str]) -> None:
     """Copy a worker's output to logs/<name>.log line by line (tokens redacted) and hand each
-    line to the run history. Draining never stops, or the worker would block on a full pipe."""
+    line to the run history. Draining never stops, or the worker would block on a full pipe;
+    it reads in bounded chunks, so a worker that writes gigabytes without a newline costs one
+    cut line (LineSplitter), not the supervisor's memory."""
     assert proc.stdout is not None
+    stream = getattr(proc.stdout, "buffer", proc.stdout)  # the bytes under a text-mode pipe
+    splitter = LineSplitter()
     with open(log_dir / f"{name}.log", "a", buffering=1) as log:
-        for raw in proc.stdout:
-            line = redact(raw.rstrip("\n"), secrets)
-            log.write(line + "\n")
-            try:
-                history.worker_line(name, line)
-            except Exception as exc:  # a line the history cannot take is still logged
-                log.write(f"(geotrain: this line was not read as an event: {type(exc).__name__})\n")
+        while True:
+            chunk = stream.read1(READ_CHUNK)
+            lines = splitter.feed(chunk) if chunk else splitter.flush()
+            for raw in lines:
+                line = redact(raw, secrets)
+                log.write(line + "\n")
+                try:
+                    history.worker_line(name, line)
+                except Exception as exc:  # a line the history cannot take is still logged
+                    log.write(f"(geotrain: this line was not read as an event: {type(exc).__name__})\n")
+            if not chunk:
+                return
 
 
 def write_pids(run_dir: Path, pids: dict[str, int]) -> None:
