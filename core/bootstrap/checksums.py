@@ -40,11 +40,36 @@ def expected(options: K3sOptions, name: str) -> str | None:
     return versions.RELEASE_SHA256.get((release, name)) or options.sha256.get(name)
 
 
-def missing_message(options: K3sOptions, name: str) -> str:
+def unpinned(k3s_version: str, arches) -> list[str]:
+    """The release files for `arches` that geotrain pins no sha256 for: the ones a user gives
+    (--sha256 NAME=HEX, the wizard's fields)."""
+    known = release_files(k3s_version)
+    return [name for arch in sorted(set(arches))
+            for name in (versions.k3s_asset(arch), versions.airgap_images(arch),
+                         versions.containerd_tarball(arch))
+            if (known[name], name) not in versions.RELEASE_SHA256]
+
+
+def checksum_list(k3s_version: str, name: str) -> str:
+    """The release's own checksum list that names `name`: where a user reads the value to
+    check out of band (never trusted here on its own)."""
+    for arch in sorted(set(versions.ARCHES.values())):
+        if name == versions.containerd_tarball(arch):
+            return versions.containerd_urls(arch)[1]
+        if name in (versions.k3s_asset(arch), versions.airgap_images(arch)):
+            return versions.k3s_urls(k3s_version, arch)[1]
+    raise ValueError(f"{name!r} is not a release file geotrain installs")
+
+
+def missing_reason(options: K3sOptions, name: str) -> str:
+    """Why `name` is refused; the CLI (missing_message) and the app each add what to do."""
     release = release_files(options.version).get(name, options.version)
-    return (f"no sha256 is known for {name} ({release}), and geotrain installs nothing "
-            f"unverified: pass the hash you checked against a source you trust with "
-            f"`geotrain clusters deploy … --sha256 {name}=HEX`, or {INSECURE_FLAG}")
+    return f"no sha256 is known for {name} ({release}), and geotrain installs nothing unverified"
+
+
+def missing_message(options: K3sOptions, name: str) -> str:
+    return (f"{missing_reason(options, name)}: pass the hash you checked against a source you "
+            f"trust with `geotrain clusters deploy … --sha256 {name}=HEX`, or {INSECURE_FLAG}")
 
 
 def parse_given(values: list[str], k3s_version: str) -> dict[str, str]:

@@ -254,10 +254,13 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
            shell_factory: ShellFactory | None = None, store: Store | None = None,
            on_event: Callable[[ProgressEvent], None] | None = None,
            steps: list[Step] | None = None, record: bool = True,
-           trust_host_keys: set[str] | None = None) -> DeployResult:
+           trust_host_keys: set[str] | None = None,
+           planned: list[str] | None = None) -> DeployResult:
     """Run the steps (all, or `only`; or the given `steps`) on every node of `plan`.
 
     With `record`, the outcome goes to the state store (teardown records its own).
+    `planned`: the steps a later run will take, when this one (`only=["preflight"]`, the
+    wizard's preflight) checks ahead of it; preflight judges by them, as that run's will.
     """
     store = store or Store()
     steps = steps if steps is not None else load_steps(only, plan.vpn, plan.prepull)
@@ -275,7 +278,8 @@ def deploy(plan: ClusterPlan, only: list[str] | None = None, dry_run: bool = Fal
     targets = _targets(store, plan, shell_factory, dry_run, log, secret_values)
     ctx = DeployContext(plan, targets, log, secrets={"k3s-token": token}, dry_run=dry_run,
                         on_event=on_event)
-    ctx.shared["steps"] = [step.name for step in steps]  # preflight judges containerd by them
+    # preflight judges containerd and the release files by them
+    ctx.shared["steps"] = list(planned) if planned else [step.name for step in steps]
     ctx.shared["measured"] = measured_pairs(store, plan.name)
     ctx.shared["remeasure"] = only == ["netmatrix"]
     before = _record_start(store, plan) if record else None

@@ -182,3 +182,18 @@ def test_a_damaged_shipped_manifest_is_refused(monkeypatch):
     monkeypatch.setitem(versions.VOLCANO_MANIFEST_SHA256, "v1.11.0", "ab" * 32)
     with pytest.raises(StepFailed, match="is not the release's: reinstall geotrain"):
         volcano.shipped_manifest("v1.11.0")
+
+
+def test_the_files_a_user_gives_and_where_their_hashes_are_listed():
+    """The wizard shows a field for each (tui/widgets/release_checksums.py); containerd is pinned."""
+    version = versions.K3S_VERSION
+    assert checksums.unpinned(version, ["amd64"]) == ["k3s", "k3s-airgap-images-amd64.tar"]
+    assert checksums.unpinned(version, ["arm64", "amd64"])[2:] == ["k3s-arm64",
+                                                                   "k3s-airgap-images-arm64.tar"]
+    assert checksums.checksum_list(version, "k3s-airgap-images-arm64.tar") == (
+        versions.k3s_urls(version, "arm64")[1])  # …/sha256sum-arm64.txt
+    assert checksums.checksum_list(version, versions.containerd_tarball("amd64")).endswith(
+        versions.containerd_tarball("amd64") + ".sha256sum")
+    options = ClusterPlan("c", []).k3s
+    assert checksums.missing_message(options, "k3s").startswith(
+        checksums.missing_reason(options, "k3s") + ": pass the hash")

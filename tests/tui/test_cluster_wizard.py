@@ -73,7 +73,10 @@ def test_wizard_picks_nodes_runs_preflight_and_shows_progress_per_node_and_step(
 
 def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hosts, geotrain_home,
                                                                    monkeypatch):
-    """The real core.bootstrap preflight over SSH against an sshd test host (root)."""
+    """The real core.bootstrap preflight over SSH against an sshd test host (root), judged
+    for the steps the deploy will run: k3s, whose sha256 nothing pins, is refused in the
+    app's words until the options step gives it."""
+    from textual.widgets import Input
     from core.nodes.pool import ImportRequest, NodePool, Prompts
 
     monkeypatch.setenv("GEOTRAIN_PUBLIC_IP_URLS", "")
@@ -92,10 +95,17 @@ def test_wizard_preflight_runs_the_real_wizard_core_on_a_test_host(make_test_hos
             outcome = app.screen.outcomes["preflight"]
             assert state == ("done" if outcome.ok else "failed")
             assert outcome.lines and outcome.lines[0].startswith("w1:")
+            assert not outcome.ok and "fill 'sha256 of k3s'" in outcome.lines[0]
             await pilot.press("l")
             await on_screen(pilot, NodeLogScreen)
             view = app.screen.query_one(LogView)
             await until(pilot, lambda: view.line_count > 0)
+            await pilot.press("escape", "escape")  # the log, then back to the options
+            await until(pilot, lambda: app.screen.stage == "options")
+            app.screen.query_one("#sha256-k3s", Input).value = "ab" * 32
+            await pilot.press("enter")
+            await until(pilot, lambda: "preflight" in app.screen.outcomes, 120)
+            assert "sha256" not in " ".join(app.screen.outcomes["preflight"].lines)
     asyncio.run(run())
 
 

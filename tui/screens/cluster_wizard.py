@@ -6,12 +6,13 @@ from __future__ import annotations
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.widgets import (Checkbox, ContentSwitcher, Footer, Header, Input, Label,
                              SelectionList, Static)
 from textual.widgets.selection_list import Selection
 
 from core.bootstrap.failures import check_bundle
+from core.domain.records import Node
 from core.domain.terminal_text import printable
 from core.errors import InvalidInput
 from core.state.node_records import list_nodes
@@ -20,6 +21,7 @@ from tui.messages import BuildFinished, NodeProgress, NodesLoaded
 from tui.screens.base import GeotrainScreen
 from tui.widgets.net_matrix import NetMatrix
 from tui.widgets.progress_table import ProgressTable
+from tui.widgets.release_checksums import ReleaseChecksums
 
 STAGES = ("pick", "options", "preflight", "deploy", "done")
 TITLES = {"pick": "1 · pick nodes (space selects, enter continues)",
@@ -49,13 +51,14 @@ class ClusterWizardScreen(GeotrainScreen):
         self.stage = "pick"
         self.request: WizardRequest | None = None
         self.outcomes: dict[str, object] = {}
+        self.nodes: dict[str, Node] = {}  # as loaded, by name: their architectures
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(TITLES["pick"], id="stage-title", classes="step-title")
         with ContentSwitcher(initial="pick", id="stages"):
             yield SelectionList[str](id="pick")
-            with Vertical(id="options", classes="form"):
+            with VerticalScroll(id="options", classes="form"):
                 yield Label("Cluster name")
                 yield Input("gpu-cluster", id="cluster-name")
                 yield Checkbox("WireGuard mesh between the nodes (VPN)", True, id="vpn")
@@ -65,6 +68,7 @@ class ClusterWizardScreen(GeotrainScreen):
                                id="prepull")
                 yield Label("Air-gap bundle dir for nodes without internet (empty: download k3s)")
                 yield Input(placeholder="/path/to/k3s-bundle", id="k3s-bundle")
+                yield ReleaseChecksums(id="checksums")
             yield Vertical(id="preflight")
             yield Vertical(id="deploy")
             with Vertical(id="done"):
@@ -86,6 +90,7 @@ class ClusterWizardScreen(GeotrainScreen):
     def _nodes(self, message: NodesLoaded) -> None:
         picker = self.query_one("#pick", SelectionList)
         picker.clear_options()
+        self.nodes = {node.name: node for node in message.nodes}
         for node in message.nodes:
             free = node.status == "AVAILABLE"
             label = f"{node.name:<14} {node.datacenter or '—':<12} {node.status}"
@@ -126,21 +131,25 @@ class ClusterWizardScreen(GeotrainScreen):
                 self._error("select at least one node (space), then enter")
                 return
             self._go("options")
+            picked = self.query_one("#pick", SelectionList).selected
+            self.query_one(ReleaseChecksums).select([self.nodes[n] for n in picked])
             self.query_one("#cluster-name", Input).focus()
         elif self.stage == "options":
             bundle = self.query_one("#k3s-bundle", Input).value.strip() or None
-            if bundle:
-                try:
+            try:
+                if bundle:
                     check_bundle(bundle, "air-gap bundle")
-                except InvalidInput as exc:
-                    self._error(str(exc))
-                    return
+                sha256, unverified = self.query_one(ReleaseChecksums).read()
+            except InvalidInput as exc:
+                self._error(str(exc))
+                return
             self.request = WizardRequest(
                 name=self.query_one("#cluster-name", Input).value.strip(),
                 nodes=list(self.query_one("#pick", SelectionList).selected),
                 vpn=self.query_one("#vpn", Checkbox).value,
                 subnet=self.query_one("#subnet", Input).value.strip() or None,
-                prepull=self.query_one("#prepull", Checkbox).value, k3s_bundle=bundle)
+                prepull=self.query_one("#prepull", Checkbox).value, k3s_bundle=bundle,
+                sha256=sha256, insecure_skip_checksum=unverified)
             self._start("preflight", ["preflight"])
         elif self.stage == "preflight":
             outcome = self.outcomes.get("preflight")
@@ -151,13 +160,19 @@ class ClusterWizardScreen(GeotrainScreen):
                 return
             self._start("deploy", None)
 
+    @on(Input.Changed, "#k3s-bundle")
+    def _bundle_changed(self, event: Input.Changed) -> None:
+        self.query_one(ReleaseChecksums).set_bundle(bool(event.value.strip()))
+
     def action_back(self) -> None:
         if self.stage in ("pick",):
             self.app.switch_mode("workspaces")
         elif self.stage == "deploy" and "deploy" not in self.outcomes:
             self.notify("the deploy keeps running; wait for it to finish", severity="warning")
-        else:
-            self._go("options" if self.stage == "preflight" else "pick")
+        else:  # focus follows: keys went on to the hidden stage's widget
+            back = "options" if self.stage == "preflight" else "pick"
+            self._go(back)
+            self.query_one("#cluster-name" if back == "options" else "#pick").focus()
 
     # preflight and deploy --------------------------------------------------
     def _start(self, stage: str, only: list[str] | None) -> None:
@@ -174,12 +189,11 @@ class ClusterWizardScreen(GeotrainScreen):
         outcome = run(self.request, lambda event: self.post_message(NodeProgress(event)))
         self.post_message(BuildFinished(stage, outcome))
 
-    def _mount_table(self, stage: str, steps: list[str]) -> None:
+    async def _mount_table(self, stage: str, steps: list[str]) -> None:
         box = self.query_one(f"#{stage}", Vertical)
-        box.remove_children()
+        await box.remove_children()  # a retry mounts the same ids: the old ones must be gone
         table = ProgressTable(self.request.nodes, steps, id=f"{stage}-table")
-        box.mount(table)
-        box.mount(Static("", id=f"{stage}-summary", markup=False))
+        await box.mount(table, Static("", id=f"{stage}-summary", markup=False))
         table.focus()
 
     @on(NodeProgress)
