@@ -17,11 +17,11 @@ save recipes.schema (the torch-free typed training config both sides share).
 tests/test_import_contract.py checks who may import whom.
 """
 
-from importlib import metadata
-
 
 def version() -> str:
     """The installed distribution's version (pyproject.toml is the one place it is written)."""
+    from importlib import metadata  # ~10 ms at import: only when the version is asked for
+
     try:
         return metadata.version("geotrain")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed

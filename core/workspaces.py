@@ -4,30 +4,29 @@ it, delete it. The one service behind both the CLI and the app."""
 from __future__ import annotations
 
 import json
-import secrets as pysecrets
 import time
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 
 from core.domain import limits
 
 
 from core.domain import metric_rows, recipe_catalog
-from core.backends import backend_for, export, wandb_runs
-from core.backends.export import ExportedRun
+from core.backends import backend_for
 from core.backends.base import Backend, LaunchPlan, WorkspaceState
 from core.state.cluster_records import get_cluster
 from core.errors import FieldError, GeotrainError, InvalidInput, NotFound
-from core.schema.training_config import config_errors
-from core.schema.yaml_loader import load_yaml
 from core.schema.user_files import read_user_file
 from core.domain.records import Status, Workspace, WorkspaceSpec
-from core.domain.recovery import RecoverySettings
 from core.state.secret_store import TOKEN_ENV, SecretStore
 from core.state.store import Store
-from core.nodes import node_dirs
+
+# The YAML reader, the training schema, exports and W&B load where they are used:
+# `workspaces list` and the app's first screen need none of them.
+if TYPE_CHECKING:
+    from core.backends.export import ExportedRun
 
 DEFAULTS = {"model": "gpt-neo", "size": "tiny", "preset": "medium", "workers": 2, "steps": 200}
 
@@ -104,6 +103,8 @@ class WorkspaceService:
 
     def _from_file(self, text: str, source: str) -> dict[str, Any]:
         """A --config file is either a whole workspace spec or just the detailed config."""
+        from core.schema.yaml_loader import load_yaml
+
         data = load_yaml(text, source)
         if not isinstance(data, dict):
             raise FieldError(source, "a YAML mapping", type(data).__name__)
@@ -115,6 +116,8 @@ class WorkspaceService:
         return {**base, "config": data}
 
     def validate_config(self, spec: WorkspaceSpec) -> None:
+        from core.schema.training_config import config_errors
+
         errors = config_errors(spec.config)
         if errors:
             first = errors[0]
@@ -131,9 +134,13 @@ class WorkspaceService:
         return backend_for(get_cluster(self.store, cluster_name))
 
     def new_id(self, spec: WorkspaceSpec) -> str:
-        return f"{spec.model}-{pysecrets.token_hex(3)}"
+        import secrets  # hashlib and hmac: loaded by a deploy, not by every start
+
+        return f"{spec.model}-{secrets.token_hex(3)}"
 
     def plan(self, spec: WorkspaceSpec) -> tuple[str, LaunchPlan]:
+        from core.backends import wandb_runs
+
         workspace_id = self.new_id(spec)
         wandb_runs.assign_project(spec.config, workspace_id)
         return workspace_id, self.backend(spec.cluster).plan(workspace_id, spec)
@@ -142,6 +149,8 @@ class WorkspaceService:
                resume_from: ExportedRun | None = None) -> Workspace:
         """Store tokens (0600), record the workspace, start it (from an export's newest
         checkpoint when `resume_from`). Nothing stays on failure."""
+        from core.backends import export, wandb_runs
+
         backend = self.backend(spec.cluster)
         if resume_from is not None:
             backend.check_restore()  # before any token or row is stored
@@ -250,6 +259,8 @@ class WorkspaceService:
 
     def _maybe_recover(self, backend: Backend, ws: Workspace, state: WorkspaceState) -> WorkspaceState:
         """The recovery check the app and CLI run on every refresh, within the retry budget."""
+        from core.domain.recovery import RecoverySettings  # pydantic: only for a live workspace
+
         budget = RecoverySettings.from_dict(ws.spec.recovery).max_recoveries
         used = sum(e["kind"] == "recovery" for e in self.events(ws.id))
         if used >= budget:
@@ -273,6 +284,8 @@ class WorkspaceService:
         return metric_rows.usable(self.backend(ws.cluster).metrics(workspace_id))
 
     def what_will_be_lost(self, workspace_id: str) -> str:
+        from core.backends import export
+
         ws = self.get(workspace_id)
         where = f" in {ws.run_dir}" if ws.run_dir else ""
         try:
@@ -287,17 +300,23 @@ class WorkspaceService:
 
     def export(self, workspace_id: str, dest: str) -> dict:
         """Copy checkpoints, metrics, logs and the resolved config into `dest` (new or empty)."""
+        from core.backends import export
+
         ws = self.get(workspace_id)
         return export.export_workspace(self.backend(ws.cluster), ws, Path(dest))
 
     def wandb_run(self, workspace_id: str) -> dict | None:
         """Where the workspace's W&B run is: URL online, run folder and sync command offline."""
+        from core.backends import wandb_runs
+
         ws = self.get(workspace_id)
         return wandb_runs.describe(self.backend(ws.cluster).result_files(ws.id, ws.spec), ws.spec.config)
 
     def delete(self, workspace_id: str) -> None:
         """Forgotten only once the backend removed everything it can (a node left unreachable
         keeps the record: deleting again retries)."""
+        from core.nodes import node_dirs  # the recovery settings' path check: not at start
+
         ws = self.get(workspace_id)
         backend = self.backend(ws.cluster)
         backend.delete(workspace_id)

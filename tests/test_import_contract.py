@@ -176,7 +176,8 @@ def test_the_app_and_the_cli_start_without_paramiko():
     import subprocess
     import sys
 
-    probe = ("import sys; from core.cli import build_parser; build_parser(); import tui.app; "
+    probe = ("import sys; from core.cli import GROUPS, build_parser; cli = build_parser(); "
+             "[cli.commands[g].list_commands(None) for g in GROUPS]; import tui.app; "
              "from core.nodes.pool import NodePool; print(sorted(m for m in sys.modules "
              "if m.split('.')[0] == 'paramiko' or m == 'core.nodes.ssh'))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)

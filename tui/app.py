@@ -1,38 +1,47 @@
-"""The geotrain app: screens, global keys, themes. Everything else lives in screens/."""
+"""The geotrain app: screens, global keys, themes. Everything else lives in screens/.
+
+Only the first screen (workspaces) is imported with the app; every other screen and modal,
+and the node pool (SSH), load when first opened, so the first frame comes at once (issue 45).
+"""
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
-from core.nodes.pool import NodePool, Prompts
 from core.workspaces import WorkspaceService
 from tui.cluster_builder import ClusterBuilder
 from tui.commands import JumpCommands
 from tui.palettes import DEFAULT_THEME, THEMES_DIR, load_themes
-from tui.modals.error import ErrorScreen
-from tui.modals.help import HelpScreen, key_label
-from tui.modals.node_log import NodeLogScreen
-from tui.modals.prompts import host_key_confirmer, passphrase_asker
-from tui.screens.cluster_wizard import ClusterWizardScreen
-from tui.screens.config_editor import ConfigEditorScreen
-from tui.screens.node_import import NodeImportScreen
-from tui.screens.nodes import NodesScreen
-from tui.screens.workspace_deploy import DeployScreen
-from tui.screens.workspace_detail import WorkspaceDetailScreen
 from tui.screens.workspaces import WorkspacesScreen
 
+if TYPE_CHECKING:
+    from core.nodes.pool import NodePool
+
 THEME_SETTING = "tui.theme"
+
+
+def _nodes_screen():
+    from tui.screens.nodes import NodesScreen
+
+    return NodesScreen()
+
+
+def _wizard_screen():
+    from tui.screens.cluster_wizard import ClusterWizardScreen
+
+    return ClusterWizardScreen()
 
 
 class GeotrainApp(App):
     CSS_PATH = str(THEMES_DIR / "base.tcss")
     TITLE = "geotrain"
-    MODES = {"workspaces": WorkspacesScreen, "nodes": NodesScreen, "wizard": ClusterWizardScreen}
+    MODES = {"workspaces": WorkspacesScreen, "nodes": _nodes_screen, "wizard": _wizard_screen}
     DEFAULT_MODE = "workspaces"
     COMMANDS = App.COMMANDS | {JumpCommands}
     BINDINGS = [
@@ -51,8 +60,8 @@ class GeotrainApp(App):
         super().__init__()
         self.service = service or WorkspaceService()
         self.cluster_builder = cluster_builder or ClusterBuilder(self.service.store)
-        self.node_pool = NodePool(self.service.store, Prompts(confirm_host_key=host_key_confirmer(self),
-                                                               ask_passphrase=passphrase_asker(self)))
+        self._node_pool: NodePool | None = None
+        self._node_pool_lock = threading.Lock()
         self.clock = clock
         self.poll_seconds = poll_seconds
         self.log_max_lines = log_max_lines
@@ -61,6 +70,19 @@ class GeotrainApp(App):
         self.theme = self.service.store.get_setting(THEME_SETTING, DEFAULT_THEME) or DEFAULT_THEME
         if self.theme not in self.available_themes:
             self.theme = DEFAULT_THEME
+
+    @property
+    def node_pool(self) -> NodePool:
+        """The SSH node pool, made when a screen first asks for it (from a worker thread, maybe):
+        one pool, so that its prompts come one at a time."""
+        with self._node_pool_lock:
+            if self._node_pool is None:
+                from core.nodes.pool import NodePool, Prompts
+                from tui.modals.prompts import host_key_confirmer, passphrase_asker
+
+                self._node_pool = NodePool(self.service.store, Prompts(
+                    confirm_host_key=host_key_confirmer(self), ask_passphrase=passphrase_asker(self)))
+            return self._node_pool
 
     def watch_theme(self, name: str) -> None:
         if self.is_running:
@@ -74,6 +96,8 @@ class GeotrainApp(App):
     # navigation: screens ask the app, so that no screen imports another ----
     def open_workspace(self, workspace_id: str, replace: bool = False) -> None:
         """Show one workspace; `replace` swaps it for the current screen (the deploy form)."""
+        from tui.screens.workspace_detail import WorkspaceDetailScreen
+
         if replace:
             self.switch_screen(WorkspaceDetailScreen(workspace_id))
             return
@@ -81,16 +105,24 @@ class GeotrainApp(App):
         self.push_screen(WorkspaceDetailScreen(workspace_id))
 
     def action_deploy_form(self) -> None:
+        from tui.screens.workspace_deploy import DeployScreen
+
         self.switch_mode("workspaces")
         self.push_screen(DeployScreen())
 
     def open_config_editor(self, text: str, done: Callable[[str | None], None]) -> None:
+        from tui.screens.config_editor import ConfigEditorScreen  # tree-sitter YAML: on first open
+
         self.push_screen(ConfigEditorScreen(text), done)
 
     def open_node_import(self, done: Callable[[object], None]) -> None:
+        from tui.screens.node_import import NodeImportScreen
+
         self.push_screen(NodeImportScreen(), done)
 
     def open_node_log(self, node: str, path) -> None:
+        from tui.modals.node_log import NodeLogScreen
+
         self.push_screen(NodeLogScreen(node, path))
 
     def action_deploy_default(self) -> None:
@@ -98,6 +130,8 @@ class GeotrainApp(App):
         self.screen.action_deploy_default()
 
     def action_help(self) -> None:
+        from tui.modals.help import HelpScreen, key_label
+
         if isinstance(self.screen, HelpScreen):
             return
         keys, seen = [], set()
@@ -126,6 +160,8 @@ class GeotrainApp(App):
         """The one place a failed worker becomes a message to the user."""
         if event.state != WorkerState.ERROR or event.worker.error is None:
             return
+        from tui.modals.error import ErrorScreen
+
         if isinstance(self.screen, ErrorScreen):
             return
         self.push_screen(ErrorScreen(f"{event.worker.name} failed", event.worker.error))

@@ -7,17 +7,18 @@ thread) updates the screen. High-rate messages merge duplicates with `can_replac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from core.backends.base import WorkspaceState
-from core.schema.training_config import ConfigProblem
-from core.domain.records import Node, Workspace
-from core.bootstrap.progress import ProgressEvent
-from core.requirements.report import Report
-from core.workspaces import DeployRequest
-from tui.cluster_builder import BuildOutcome
+if TYPE_CHECKING:  # named in annotations only: the first screen loads none of these modules
+    from core.backends.base import WorkspaceState
+    from core.schema.training_config import ConfigProblem
+    from core.domain.records import Node, Workspace
+    from core.bootstrap.progress import ProgressEvent
+    from core.requirements.report import Report
+    from core.workspaces import DeployRequest
+    from tui.cluster_builder import BuildOutcome
 
 
 @dataclass

@@ -5,6 +5,9 @@ Each module in COMMAND_MODULES registers commands into the groups it names
 commands). Handlers take the parsed args and return an exit code. Bad input is one line on
 stderr and exit 2, as for every other error.
 
+A group imports its command modules the first time it is asked for a command, so
+`geotrain --help`, a <Tab> and `geotrain nodes list` load only what they use (issue 45).
+
 May import any core folder; never tui (tui/entry.py opens the app).
 """
 
@@ -29,15 +32,12 @@ GROUPS = {
     "clusters": "list, build and register clusters",
     "nodes": "the node pool: servers imported over SSH",
 }
-COMMAND_MODULES = [
-    "core.cli.workspaces",
-    "core.cli.workspace_results",
-    "core.cli.clusters",
-    "core.cli.nodes",
-    "core.cli.cluster_kubernetes",
-    "core.cli.cluster_bootstrap",
-    "core.cli.cluster_plan",
-]
+COMMAND_MODULES = {  # group -> the modules that register its commands, in listing order
+    "workspaces": ["core.cli.workspaces", "core.cli.workspace_results"],
+    "clusters": ["core.cli.clusters", "core.cli.cluster_kubernetes", "core.cli.cluster_bootstrap",
+                 "core.cli.cluster_plan"],
+    "nodes": ["core.cli.nodes"],
+}
 
 
 class _Group(click.Group):
@@ -45,6 +45,33 @@ class _Group(click.Group):
 
     def list_commands(self, ctx) -> list[str]:
         return list(self.commands)
+
+
+class _LazyGroup(_Group):
+    """A group whose command modules are imported when one of its commands is first needed."""
+
+    def __init__(self, *args, modules: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._modules = modules
+
+    def _load(self) -> None:
+        modules, self._modules = self._modules, []
+        for module in modules:
+            importlib.import_module(module).register({self.name: GroupDeclaration(self)})
+
+    def get_command(self, ctx, cmd_name: str):
+        self._load()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx) -> list[str]:
+        self._load()
+        return super().list_commands(ctx)
+
+
+def _print_version(ctx: click.Context, param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:  # importlib.metadata (~10 ms) only for --version
+        click.echo(f"{PROG} {core.version()}")
+        ctx.exit()
 
 
 @click.command("completion", context_settings=HELP_OPTIONS, short_help="print the shell completion script")
@@ -59,16 +86,12 @@ def _completion(shell: str) -> int:
 def build_parser() -> click.Group:
     """The whole command tree (named for what it was under argparse; callers only parse with it)."""
     cli = _Group(PROG, help="Train models across datacenters.", context_settings=HELP_OPTIONS)
-    click.version_option(core.version(), "--version", prog_name=PROG, message="%(prog)s %(version)s")(cli)
-    groups = {}
+    click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+                 help="Show the version and exit.")(cli)
     for name, help_text in GROUPS.items():
-        group = _Group(name, help=help_text, short_help=help_text, context_settings=HELP_OPTIONS,
-                       no_args_is_help=True)
-        cli.add_command(group)
-        groups[name] = GroupDeclaration(group)
+        cli.add_command(_LazyGroup(name, help=help_text, short_help=help_text, context_settings=HELP_OPTIONS,
+                                   no_args_is_help=True, modules=COMMAND_MODULES[name]))
     cli.add_command(_completion)
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).register(groups)
     return cli
 
 

@@ -56,6 +56,25 @@ class _GreedyOption(click.Option):
             option.process = greedy
 
 
+class _LaterHelpOption(click.Option):
+    """An option whose help is worked out when it is first shown (`help` given as a callable):
+    help that reads a data file (the presets) costs nothing to a command that does not show it."""
+
+    def __init__(self, *args: Any, later: Callable[[], str], **kwargs: Any) -> None:
+        self._later: Callable[[], str] | None = later
+        super().__init__(*args, **kwargs)
+
+    @property
+    def help(self) -> str | None:  # type: ignore[override]
+        if self._later is not None:
+            self._help, self._later = self._later(), None
+        return self._help
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        self._help = value
+
+
 def _param(names: tuple[str, ...], kw: dict[str, Any]) -> click.Parameter:
     """One argparse `add_argument` as a click Argument or Option."""
     action, nargs, choices = kw.get("action"), kw.get("nargs"), kw.get("choices")
@@ -75,7 +94,9 @@ def _param(names: tuple[str, ...], kw: dict[str, Any]) -> click.Parameter:
     long = next((n for n in names if n.startswith("--")), names[0])
     dest = kw.get("dest") or long.lstrip("-").replace("-", "_")
     metavar = kw.get("metavar") or (None if choices or action else dest.upper())  # argparse's default
-    common = dict(help=(kw.get("help") or "").replace("%%", "%") or None, metavar=metavar, **extra)
+    later = kw.get("help") if callable(kw.get("help")) else None
+    common = dict(help=None if later else (kw.get("help") or "").replace("%%", "%") or None, metavar=metavar,
+                  **extra)
     if action == "store_true":
         return click.Option([*names, dest], is_flag=True, default=False, **common)
     if action == "append" or nargs == "+":
@@ -83,6 +104,9 @@ def _param(names: tuple[str, ...], kw: dict[str, Any]) -> click.Parameter:
         return cls([*names, dest], multiple=True, type=ptype, **common)
     if "default" in kw:  # click 8.3+ reads an explicit default=None as a value given
         common["default"] = kw["default"]
+    if later:
+        return _LaterHelpOption([*names, dest], type=ptype, required=kw.get("required", False),
+                                show_default=False, later=later, **common)
     return click.Option([*names, dest], type=ptype, required=kw.get("required", False),
                         show_default=False, **common)
 

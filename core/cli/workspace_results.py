@@ -5,11 +5,8 @@ from __future__ import annotations
 import getpass
 import os
 
-from core.backends.export import human_bytes
-from core.backends import wandb_runs
 from core.cli.output import dump_json
 from core.cli.prompts import _interactive
-from core.domain.run_events import one_line
 from core.domain.terminal_text import printable
 from core.workspaces import WorkspaceService, check_token
 
@@ -28,6 +25,9 @@ def register(groups) -> None:
 
 
 def cmd_export(args) -> int:
+    from core.backends.export import human_bytes
+    from core.domain.run_events import one_line
+
     manifest = WorkspaceService().export(args.id, args.dir)
     if args.json:
         dump_json(manifest)
@@ -62,6 +62,8 @@ def wandb_key(service: WorkspaceService, workspace_id: str, ask: bool) -> str | 
 
 
 def cmd_sync(args) -> int:
+    from core.backends import wandb_runs  # loaded by this command alone, not with the command tree
+
     service = WorkspaceService()
     info = service.wandb_run(args.id)
     wandb_runs.check_syncable(info)

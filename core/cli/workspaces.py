@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from core.backends import wandb_runs
-from core.backends.export import read_export
-from core.cli import deploy_prompts
 from core.cli.output import dump_json, table
-from core.cli.requirements_table import requirements_met
 from core.errors import InvalidInput
-from core.domain import describe, recipe_catalog, run_events
+from core.domain import describe, recipe_catalog
 from core.domain.records import TEMPLATES, WorkspaceSpec
 from core.domain.terminal_text import printable
-from core.schema.training_config import config_json_schema
-from core.schema.user_files import read_user_file
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
 
 
@@ -35,7 +25,7 @@ def register(groups) -> None:
     p.add_argument("--size", complete="size", help="tiny, or a real size of the model: " + "; ".join(
         f"{model} {', '.join(sizes)}" for model, sizes in recipe_catalog.models().items()))
     p.add_argument("--gradient-compression", dest="preset", metavar="PRESET", complete="preset",
-                   help=f"one of: {', '.join(recipe_catalog.presets())}")
+                   help=lambda: f"one of: {', '.join(recipe_catalog.presets())}")  # read when shown
     p.add_argument("--workers", type=int)
     p.add_argument("--steps", type=int)
     p.add_argument("--datacenters", type=int, metavar="K",
@@ -85,6 +75,8 @@ def register(groups) -> None:
 
 
 def _tokens(args) -> dict[str, str | None]:
+    from core.cli import deploy_prompts
+
     tokens = {"wandb": args.wandb_token or os.environ.get("WANDB_API_KEY"),
               "hf": args.hf_token or os.environ.get("HF_TOKEN")}
     tokens = deploy_prompts.ask_missing_tokens(args, tokens)
@@ -96,6 +88,8 @@ def _tokens(args) -> dict[str, str | None]:
 
 def editor_schema(spec_file: bool) -> dict:
     """JSON Schema of a detailed config, or of a whole spec file with that config inside."""
+    from core.schema.training_config import config_json_schema
+
     config = config_json_schema()
     return WorkspaceSpec.editor_schema(config) if spec_file else config
 
@@ -103,6 +97,11 @@ def editor_schema(spec_file: bool) -> dict:
 def _edit(text: str) -> str:
     """Open `text` in $EDITOR; its first line points yaml-language-server (VS Code's YAML
     extension and others) at a JSON Schema written beside it, so mistakes show as you type."""
+    import shlex
+    import shutil
+    import subprocess
+    import tempfile
+
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     folder = Path(tempfile.mkdtemp(prefix="geotrain-edit-"))  # 0700, private to this user
     schema, name = folder / "spec.schema.json", folder / "spec.yaml"
@@ -111,6 +110,8 @@ def _edit(text: str) -> str:
         name.write_text(f"# yaml-language-server: $schema={schema.as_uri()}\n{text}")
         if subprocess.call(shlex.split(editor) + [str(name)]) != 0:
             raise InvalidInput(f"the editor {editor!r} exited with an error", "nothing was deployed")
+        from core.schema.user_files import read_user_file
+
         return read_user_file(name, "the edited spec", "nothing was deployed; edit it again")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -129,6 +130,10 @@ def cmd_schema(args) -> int:
 
 
 def cmd_deploy(args) -> int:
+    from core.backends.export import read_export  # each handler loads what it alone needs
+    from core.cli import deploy_prompts
+    from core.cli.requirements_table import requirements_met
+
     service = WorkspaceService()
     req = DeployRequest(cluster=args.cluster, model=args.model, size=args.size, preset=args.preset,
                         workers=args.workers, steps=args.steps, image=args.image,
@@ -187,6 +192,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
+    from core.backends import wandb_runs
+
     service = WorkspaceService()
     ws = service.get(args.id)
     state = service.status(args.id)
@@ -226,6 +233,8 @@ def describe_event(event: dict) -> str:
 
 
 def cmd_logs(args) -> int:
+    from core.domain import run_events
+
     for worker, line in WorkspaceService().logs(args.id, follow=args.follow):
         readable = run_events.readable(line)
         if readable is not None and args.no_events:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInput
-from core.schema.training_config import config_keys
-from core.schema.yaml_loader import load_yaml
+
+TEMPLATES = ("distributed-training",)  # what a workspace can run: the recipes' distributed training
 
 
 def package_root() -> Path:
@@ -26,6 +26,13 @@ def recipes_dir() -> Path:
 
 def configs_dir() -> Path:
     return recipes_dir() / "configs"
+
+
+def _read_yaml(path: Path) -> Any:
+    """A catalog file; the YAML reader loads with the first one read, not with the catalog."""
+    from core.schema.yaml_loader import load_yaml
+
+    return load_yaml(path.read_text(), str(path))
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,14 +50,14 @@ def models() -> dict[str, list[str]]:
 def param_counts() -> dict[str, dict[str, int]]:
     """Model -> size -> trainable parameters, from recipes/params.yaml (counted once by a tool)."""
     path = recipes_dir() / "params.yaml"
-    return load_yaml(path.read_text(), str(path)) or {}
+    return _read_yaml(path) or {}
 
 
 @functools.lru_cache(maxsize=1)
 def presets() -> dict[str, dict[str, Any]]:
     """Preset name -> its settings (algorithm, inner_steps, bits, description)."""
     path = recipes_dir() / "presets.yaml"
-    data = load_yaml(path.read_text(), str(path)) or {}
+    data = _read_yaml(path) or {}
     return data.get("presets", data)
 
 
@@ -64,7 +71,7 @@ def default_config(model: str, size: str) -> dict[str, Any]:
     check_choice("model", model, list(models()), "--model")
     check_choice(f"size for {model}", size, models()[model], "--size")
     path = configs_dir() / model / f"{size}.yaml"
-    return load_yaml(path.read_text(), str(path))
+    return _read_yaml(path)
 
 
 def recipe_env() -> dict[str, str]:
@@ -78,6 +85,9 @@ def recipe_env() -> dict[str, str]:
 def set_path(config: dict[str, Any], dotted: str, raw: str) -> None:
     """Apply one `--set key=value`; the key must be a key of the training schema (it may be
     missing from the config file: the sections on the way are created). Refused: nothing changes."""
+    from core.schema.training_config import config_keys
+    from core.schema.yaml_loader import load_yaml
+
     parts = dotted.split(".")
     for depth, part in enumerate(parts):
         where = ".".join(parts[:depth])

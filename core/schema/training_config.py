@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
 from core.errors import FieldError
 from core.schema.yaml_loader import MalformedYaml, key_lines, load_yaml
@@ -41,6 +40,8 @@ def _field_error(issue: dict) -> FieldError:
 def config_keys(section: str = "") -> list[str] | None:
     """The keys the training schema allows in `section` ("" = the top level, "optim", ...),
     or None when `section` is not a section of the schema."""
+    from pydantic import BaseModel  # loaded with the schema, not with this module
+
     model: Any = recipe_schema.TrainConfig
     for part in [p for p in section.split(".") if p]:
         info = model.model_fields.get(part)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+import dataclasses
+
 from core.domain.records import WorkspaceSpec
 from core.domain.recovery import RecoverySettings
+from core.domain.spec_schema import WorkspaceSpecSchema
 from core.errors import FieldError
 
 BASE = dict(cluster="local", model="gpt-neo", size="tiny", preset="medium", workers=2, steps=5)
@@ -60,7 +63,20 @@ def test_nulls_take_defaults_and_recovery_is_normalised():
 
 
 def test_field_docs_reach_the_json_schema():
-    schema = WorkspaceSpec.model_json_schema()
+    schema = WorkspaceSpecSchema.model_json_schema()
     assert schema["properties"]["workers"]["minimum"] == 1
     assert "secret store" in schema["properties"]["tokens"]["description"]
     assert RecoverySettings.model_json_schema()["properties"]["pvc"]["description"].startswith("Kubernetes")
+
+
+def test_the_plain_spec_and_its_checking_model_have_the_same_fields_and_defaults():
+    """WorkspaceSpec (read back from the store without pydantic) and the model that checks it
+    (core.domain.spec_schema) are written twice: a field added to one must be added to both."""
+    plain = {f.name: (f.default if f.default is not dataclasses.MISSING else
+                      f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+             for f in dataclasses.fields(WorkspaceSpec)}
+    typed = {name: "(required)" if info.is_required() else info.get_default(call_default_factory=True)
+             for name, info in WorkspaceSpecSchema.model_fields.items()}
+    assert plain == typed
+    spec = WorkspaceSpec.from_dict(BASE)
+    assert type(spec) is WorkspaceSpec and spec == WorkspaceSpec(**spec.to_dict())

@@ -10,13 +10,16 @@ from tui.screens.base import GeotrainScreen
 
 
 class TableScreen(GeotrainScreen):
-    """Subclasses compose an `Input#filter` and a DataTable, and implement `_load()` (a
-    thread worker posting the records) and `refill()` (records -> rows)."""
+    """Subclasses compose a DataTable (and may compose their `Input#filter`; otherwise it is
+    mounted, with FILTER_PLACEHOLDER, the first time `/` is pressed: one widget less to
+    draw in the first frame), and implement `_load()` (a thread worker posting the records)
+    and `refill()` (records -> rows)."""
 
     COLUMNS: tuple[str, ...] = ()
     POLL = False  # re-load every app.poll_seconds while the screen exists
     NOUN = "row"  # what a row is, for the line a row key says over an empty list
     EMPTY_HINT = ""  # what to press when the list is empty
+    FILTER_PLACEHOLDER = "filter…"
 
     FILTER_BINDINGS = [
         Binding("slash", "filter", "Filter"),
@@ -32,7 +35,7 @@ class TableScreen(GeotrainScreen):
         table = self.query_one(DataTable)
         for name in self.COLUMNS:
             table.add_column(name, key=name)
-        self.action_reload()
+        self.call_after_refresh(self.action_reload)  # the empty table paints first; rows follow
         if self.POLL and self.app.poll_seconds:
             self.set_interval(self.app.poll_seconds, self.action_reload)
 
@@ -66,8 +69,13 @@ class TableScreen(GeotrainScreen):
             self.notify(f"Nothing to {doing}: {why}".strip(), severity="warning", markup=False)
         return key
 
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+    async def action_filter(self) -> None:
+        boxes = self.query("#filter")
+        if boxes:
+            box = boxes.first(Input)
+        else:
+            box = Input(placeholder=self.FILTER_PLACEHOLDER, id="filter", classes="hidden")
+            await self.mount(box, before=self.query_one(DataTable))
         box.remove_class("hidden")
         box.focus()
 
@@ -81,7 +89,7 @@ class TableScreen(GeotrainScreen):
         self.query_one(DataTable).focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
-        box.add_class("hidden")
+        for box in self.query("#filter").results(Input):  # none until `/` was first pressed
+            box.value = ""
+            box.add_class("hidden")
         self.query_one(DataTable).focus()

@@ -7,9 +7,8 @@ import os
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Footer, Header, Static
 
-from core.requirements.check import check_before_deploy
 from core.workspaces import DeployRequest
 from tui import formatting
 from tui.screens.table_screen import TableScreen
@@ -31,6 +30,7 @@ class WorkspacesScreen(TableScreen):
     POLL = True
     NOUN = "workspace"
     EMPTY_HINT = "Press n to deploy the default one, or c to choose."
+    FILTER_PLACEHOLDER = "filter: id, cluster, model, status…"
     BINDINGS = [
         Binding("n", "deploy_default", "Deploy default"),
         Binding("c", "deploy_form", "Deploy…"),
@@ -47,7 +47,6 @@ class WorkspacesScreen(TableScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Input(placeholder="filter: id, cluster, model, status…", id="filter", classes="hidden")
         yield RecordTable(id="workspaces", cursor_type="row", zebra_stripes=True)
         yield Static("", id="empty", classes="hint")
         yield Footer()
@@ -109,6 +108,8 @@ class WorkspacesScreen(TableScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="deploy", name="Deploy")
     def _deploy_default(self) -> None:
+        from core.requirements.check import check_before_deploy  # the checks load with a deploy
+
         service = self.app.service
         spec, tokens = service.build_spec(DeployRequest()), env_tokens()
         report = check_before_deploy(service.store, spec, tokens)
