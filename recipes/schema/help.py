@@ -102,6 +102,11 @@ def field_help(dotted: str, root: type[BaseModel] = TrainConfig) -> FieldHelp | 
 
 
 def json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of a detailed config, for editors that validate YAML."""
-    schema = TrainConfig.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    """JSON Schema (draft 2020-12) of a detailed config, for editors that validate YAML; built
+    once per change of the files it comes from (recipes.schema.docs_cache)."""
+    from recipes.schema import docs_cache
+
+    inputs = sorted(docs_cache.HERE.glob("*.py")) + [docs_cache.RECIPES / "catalog.py",
+                                                      docs_cache.RECIPES / "presets.yaml"]
+    return docs_cache.cached("config-schema", inputs, lambda: {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", **TrainConfig.model_json_schema()})

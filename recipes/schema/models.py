@@ -1,6 +1,11 @@
 """The config sections: one pydantic model each, a docstring per field (shown by the
 app's editor and exported as JSON Schema descriptions), choices as Literal, bounds
-where a value outside them cannot run."""
+where a value outside them cannot run.
+
+The docstrings become descriptions through recipes.schema.docs_cache (read from this file
+once per change of it, not at every import), and each model is built on its first use
+(defer_build): importing the schema costs a command or the app little (issue 45).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,20 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from recipes.catalog import MODEL_DATA, MODEL_SIZES
-from recipes.schema import yaml_limits
+from recipes.schema import docs_cache, yaml_limits
 
 PRESETS_PATH = Path(__file__).resolve().parents[1] / "presets.yaml"
 
 
-def _preset_names() -> tuple[str, ...]:
+def _read_preset_names() -> list[str]:
     data = yaml_limits.load(PRESETS_PATH.read_text()) or {}
-    return tuple(data.get("presets", data))
+    return list(data.get("presets", data))
+
+
+def _preset_names() -> tuple[str, ...]:
+    """The presets' names, read from presets.yaml once per change of it (parsing it took a
+    third of this module's import)."""
+    return tuple(docs_cache.cached("preset-names", [PRESETS_PATH], _read_preset_names))
 
 
 def _not_bool(value: Any) -> Any:
@@ -47,7 +58,7 @@ WireBits = Literal[32, 16, 8, 4, 1]
 class Section(BaseModel):
     """Unknown keys are errors (a typo must not silently fall back to a default)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class OptimConfig(Section):
@@ -223,8 +234,8 @@ def _choices_per_model(schema: dict[str, Any]) -> None:
 class TrainConfig(Section):
     """A complete training run; the top-level keys are what core reads and overrides."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True,
-                              json_schema_extra=_choices_per_model, title="geotrain training config")
+    model_config = ConfigDict(extra="forbid", defer_build=True, json_schema_extra=_choices_per_model,
+                              title="geotrain training config")
 
     model: ModelName
     """Model name from the catalog."""
@@ -262,3 +273,7 @@ class TrainConfig(Section):
     """Checkpointing and upload."""
     dist: DistConfig = Field(default_factory=DistConfig)
     """torch.distributed settings."""
+
+
+docs_cache.document([OptimConfig, DilocoConfig, DemoConfig, DataConfig, LoggingConfig, CheckpointConfig,
+                     DistConfig, TrainConfig], Path(__file__).resolve())
