@@ -388,14 +388,17 @@ class KubernetesBackend(Backend):
         if not pods:
             return None
         skipped: list[str] = []
+        spool_dir = next((d for d in (dest, dest.parent) if d.is_dir()), None)  # the export's own, private
         for pod in pods:
             try:
                 with self._errors(f"copying checkpoints out of pod {pod}"):
-                    archive = read_checkpoint_archive(client.CoreV1Api(self.api), pod, self.namespace, CONTAINER)
+                    archive = read_checkpoint_archive(client.CoreV1Api(self.api), pod, self.namespace, CONTAINER,
+                                                      spool_dir)
             except BackendError:
                 raise
             except Exception as exc:  # the websocket library's own errors
                 raise BackendError(f"copying checkpoints out of pod {pod} failed: {type(exc).__name__}: "
                                    f"{str(exc)[:200]}", "export again, or set recovery.hf_repo") from None
-            skipped += unpack_checkpoints(archive, dest)[1]
+            with archive:
+                skipped += unpack_checkpoints(archive, dest)[1]
         return skipped

@@ -5,22 +5,23 @@ devices, absolute or `..` names in the archive are skipped, never followed.
 
 The stream is counted as it arrives and closed past MAX_STREAM_BYTES: the pod's own size check
 (`du --apparent-size`, so sparse files count what tar sends) is a courtesy that saves sending,
-not a bound, since the pod runs what it likes. What arrived is held in memory: fine for the tiny
-and medium models, not for a multi-GB checkpoint (those want recovery.hf_repo, the HF Hub copy
-of record).
+not a bound, since the pod runs what it likes. Its base64 is decoded as it arrives into a private
+temporary file (unlinked, 0600), holding back only the last line or two (the status line may be
+among them), so memory stays a few MiB whatever the pod sends; the file holds up to
+MAX_ARCHIVE_BYTES on disk. Multi-GB checkpoints want recovery.hf_repo, the HF Hub copy of record.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import io
 import os
 import re
 import tarfile
+import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from kubernetes import client
 from kubernetes.stream import stream
@@ -38,6 +39,8 @@ STDOUT_CHANNEL = 1  # the first byte of each frame of Kubernetes' exec channel p
 SENTINEL = "GEOTRAIN-TAR-EXIT"  # not base64 (has '-' and a space): the last line says tar's exit code
 TOO_BIG_HINT = "set recovery.hf_repo: checkpoints that large go through the HF Hub, not the pod exec stream"
 AGAIN_HINT = "run the export again; set recovery.hf_repo for a copy on the HF Hub"
+MAX_STATUS_LINE = 4096  # a longer last line is not the status line (it is data, held no longer)
+BASE64_SPACE = b" \t\r\n\v\f"  # between base64 groups: `base64` wraps its lines
 
 
 def tar_command(mount: str, limit: int) -> list[str]:
@@ -58,30 +61,96 @@ def _too_big(pod: str) -> BackendError:
     return BackendError(f"the checkpoints of pod {pod} are larger than {MAX_ARCHIVE_BYTES >> 30} GiB", TOO_BIG_HINT)
 
 
-def read_checkpoint_archive(core_api: client.CoreV1Api, pod: str, namespace: str, container: str) -> bytes:
+def read_checkpoint_archive(core_api: client.CoreV1Api, pod: str, namespace: str, container: str,
+                            spool_dir: Path | None = None) -> BinaryIO:
     """The tar of the pod's checkpoint mount, read through the exec stream and counted as it
-    arrives: past MAX_STREAM_BYTES the stream is closed and nothing more is read."""
-    received, size = [], 0
-    chunks = _exec_stdout(core_api, pod, namespace, container)
+    arrives (past MAX_STREAM_BYTES the stream is closed and nothing more is read), decoded as it
+    arrives into a private temporary file in `spool_dir` (the system's when None): returned open
+    at its start, for the caller to close."""
+    spool = tempfile.TemporaryFile(dir=spool_dir)  # 0600, and unlinked: gone once closed
     try:
-        for chunk in chunks:
-            size += len(chunk)
-            if size > MAX_STREAM_BYTES:
-                raise _too_big(pod)
-            received.append(chunk)
-    finally:
-        chunks.close()  # the websocket with it
-    body, _, last = b"".join(received).rstrip(b"\n").rpartition(b"\n")
-    status = last.decode("ascii", "replace").split() if last.startswith(SENTINEL.encode()) else []
-    if status[1:2] == ["toobig"]:
-        raise _too_big(pod)
-    if status[1:] != ["0"]:
-        said = f"tar exited with {status[1][:20]}" if len(status) > 1 else "the stream ended early"
-        raise BackendError(f"reading the checkpoints of pod {pod} failed ({said})", AGAIN_HINT)
-    try:
-        return base64.b64decode(body)
-    except (binascii.Error, ValueError):
-        raise BackendError(f"the checkpoints read from pod {pod} are garbled", AGAIN_HINT) from None
+        decoder, size = _Base64Spool(spool), 0
+        chunks = _exec_stdout(core_api, pod, namespace, container)
+        try:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > MAX_STREAM_BYTES:
+                    raise _too_big(pod)
+                decoder.feed(chunk)
+        finally:
+            chunks.close()  # the websocket with it
+        last = decoder.last_line()
+        status = last.decode("ascii", "replace").split() if last.startswith(SENTINEL.encode()) else []
+        if status[1:2] == ["toobig"]:
+            raise _too_big(pod)
+        if status[1:] != ["0"]:
+            said = f"tar exited with {status[1][:20]}" if len(status) > 1 else "the stream ended early"
+            raise BackendError(f"reading the checkpoints of pod {pod} failed ({said})", AGAIN_HINT)
+        if not decoder.finish():
+            raise BackendError(f"the checkpoints read from pod {pod} are garbled", AGAIN_HINT)
+        spool.seek(0)
+        return spool
+    except BaseException:
+        spool.close()
+        raise
+
+
+class _Base64Spool:
+    """Base64 text in, as it arrives; its bytes out to `out`. The last non-empty line (complete
+    or not) is held back, since it may be the status line, at most MAX_STATUS_LINE bytes; the
+    rest is decoded in whole 4-character groups, the remainder carried to the next chunk.
+    Garbled text stops the decoding and is said by finish(), after the status line is read."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.held = bytearray()  # not yet decoded: the last line or so
+        self.mid_line = False  # `held` starts inside a line already partly decoded (not the status line)
+        self.carry = b""  # base64 characters short of a group of 4
+        self.padded = False  # a group with '=' ended the data: nothing may follow
+        self.garbled = False
+
+    def feed(self, chunk: bytes) -> None:
+        self.held += chunk
+        end = len(self.held.rstrip(b"\n"))  # where the last non-empty line ends
+        start = self.held.rfind(b"\n", 0, end) + 1  # and begins
+        if end - start > MAX_STATUS_LINE or (start == 0 and self.mid_line):  # data, not the status line
+            self._decode(bytes(self.held))
+            self.mid_line = end == len(self.held)  # its rest, still to come, is data too
+            self.held.clear()
+            return
+        self.mid_line = False
+        if start:
+            self._decode(bytes(self.held[:start]))
+        del self.held[end + 1:]  # one newline after it says as much as many
+        del self.held[:start]
+
+    def last_line(self) -> bytes:
+        """The status line, if the stream ended with one; b"" when the last line was data."""
+        return b"" if self.mid_line else bytes(self.held).strip(b"\n")
+
+    def finish(self) -> bool:
+        """Whether all the data was base64, whole groups to its end."""
+        if self.garbled or self.carry:
+            return False
+        self.out.flush()
+        return True
+
+    def _decode(self, text: bytes) -> None:
+        if self.garbled:
+            return
+        text = self.carry + text.translate(None, BASE64_SPACE)
+        whole = len(text) - len(text) % 4
+        self.carry = text[whole:]
+        if not whole:
+            return
+        try:
+            if self.padded:
+                raise ValueError("data after the padding")
+            self.out.write(base64.b64decode(text[:whole], validate=True))
+        except (binascii.Error, ValueError):
+            self.garbled = True
+            return
+        self.padded = text[whole - 1:whole] == b"="
 
 
 def _exec_stdout(core_api: client.CoreV1Api, pod: str, namespace: str, container: str) -> Iterator[bytes]:
@@ -107,12 +176,13 @@ def _exec_stdout(core_api: client.CoreV1Api, pod: str, namespace: str, container
         ws.close(timeout=0)  # at once: a graceful close would read on until the server's close frame
 
 
-def unpack_checkpoints(archive: bytes, dest: Path) -> tuple[list[str], list[str]]:
-    """Write the archive's checkpoint files under `dest`; (written, skipped) names.
-    A name already written (another pod's copy of a shared volume) is kept as is."""
+def unpack_checkpoints(archive: BinaryIO, dest: Path) -> tuple[list[str], list[str]]:
+    """Write the checkpoint files of the archive (a binary file, read from where it stands)
+    under `dest`; (written, skipped) names. A name already written (another pod's copy of a
+    shared volume) is kept as is."""
     written, skipped = [], []
     try:
-        tar = tarfile.open(fileobj=io.BytesIO(archive), mode="r:")
+        tar = tarfile.open(fileobj=archive, mode="r:")
     except tarfile.TarError:
         raise BackendError("the checkpoint archive from the pod is not a tar file",
                            "check that the image has tar and base64, then export again") from None

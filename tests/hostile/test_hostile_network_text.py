@@ -12,6 +12,7 @@ import json
 import subprocess
 import threading
 import time
+import tracemalloc
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -27,7 +28,7 @@ from core.state.node_records import add_nodes
 from core.state.store import Store
 from core.workspaces import WorkspaceService
 from tests.kubernetes.conftest import fake, geotrain_home, kubeconfig, run  # noqa: F401 - fixtures
-from tests.kubernetes.test_export_from_pods import _deploy
+from tests.kubernetes.test_export_from_pods import _core_api, _deploy, _tar
 
 # name -> what a pod or a server writes; each would act on a terminal that printed it
 ESCAPES = {
@@ -137,6 +138,42 @@ def test_an_exec_stream_past_the_cap_is_closed_as_it_arrives(fake, kubeconfig, c
     while master not in fake.exec_sent and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fake.exec_sent[master] < 32 << 20  # the stand-in stopped at the client's closing, not at 256 MiB
+
+
+def test_a_large_exec_stream_is_decoded_to_disk_as_it_arrives(fake, tmp_path):
+    """64 MiB of base64 through the exec websocket, in frames that cut its lines anywhere: the
+    client holds a few MiB of it at a time (it held the stream, joined, and decoded: ~5 copies)."""
+    weights = bytes(range(256)) * (48 << 12)  # 48 MiB
+    text = base64.encodebytes(_tar([("./step_00000010/rank_0.pt", None, weights)]))
+    text += f"{pod_files.SENTINEL} 0\n".encode()
+    assert len(text) > 64 << 20
+    fake.exec_output["p"] = [text[i:i + 65000] for i in range(0, len(text), 65000)]
+    del text
+    core_api = _core_api(fake)  # its making is not the stream's (some MiB of the client's own)
+    tracemalloc.start()
+    try:
+        with pod_files.read_checkpoint_archive(core_api, "p", "default", "trainer", tmp_path) as archive:
+            peak = tracemalloc.get_traced_memory()[1]
+            written, skipped = pod_files.unpack_checkpoints(archive, tmp_path / "out")
+            peak = max(peak, tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak / (1 << 20):.1f} MiB"
+    assert (written, skipped) == (["step_00000010/rank_0.pt"], [])
+    assert (tmp_path / "out" / "step_00000010" / "rank_0.pt").read_bytes() == weights
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the spool file was never named
+
+
+def test_the_exec_streams_decoder_holds_a_bounded_tail_whatever_the_lines():
+    """Newlines without end, or a line without one: what waits to be decoded stays small."""
+    import io
+    for first, chunk in [(b"QUJD\n", b"\n" * (1 << 20)), (b"", b"QUJD" * (1 << 18)), (b"x", b"\n" * (1 << 20))]:
+        spool = pod_files._Base64Spool(io.BytesIO())
+        spool.feed(first)
+        for _ in range(32):
+            spool.feed(chunk)
+            assert len(spool.held) <= pod_files.MAX_STATUS_LINE + 1
+    assert spool.last_line() == b"x" and not spool.garbled  # the last line, maybe the status line
 
 
 # pod log lines (finding 7) ------------------------------------------------------------------

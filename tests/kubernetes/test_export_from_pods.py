@@ -132,7 +132,16 @@ def test_a_cut_or_failed_checkpoint_stream_is_one_backend_error(fake, tmp_path):
         fake.exec_output["p"] = [text]
         with pytest.raises(BackendError, match=said):
             pod_files.read_checkpoint_archive(_core_api(fake), "p", "default", "trainer")
+    end = f"{pod_files.SENTINEL} 0\n".encode()
+    for text in [whole.replace(b"\n", b"!", 1) + end, b"QQ==\nQUJD\n" + end, whole[:-2] + b"\n" + end]:
+        fake.exec_output["p"] = [text]  # not base64, data past its padding, a group cut short
+        with pytest.raises(BackendError, match="garbled"):
+            pod_files.read_checkpoint_archive(_core_api(fake), "p", "default", "trainer")
     archive = _tar([("./step_00000010/rank_0.pt", None, b"w" * 5000)])
+    for text, size in [(base64.b64encode(archive) + b"\n" + end, 1 << 20), (whole + end + b"\n\n", 7)]:
+        fake.exec_output["p"] = [text[i:i + size] for i in range(0, len(text), size)]  # one line; tiny frames
+        with pod_files.read_checkpoint_archive(_core_api(fake), "p", "default", "trainer", tmp_path) as got:
+            assert got.read() == archive
     with pytest.raises(BackendError, match="cut short"):
-        pod_files.unpack_checkpoints(archive[:1500], tmp_path)
+        pod_files.unpack_checkpoints(io.BytesIO(archive[:1500]), tmp_path)
     assert not list(tmp_path.rglob("*.pt")) and not list(tmp_path.rglob("*.partial"))
