@@ -13,7 +13,6 @@ from core.workspaces import DeployRequest
 from tui import formatting
 from tui.screens.table_screen import TableScreen
 from tui.widgets.record_table import RecordTable
-from tui.actions import ask_delete
 from tui.messages import WorkspaceDeleted, WorkspaceDeployed, WorkspacesLoaded
 
 COLUMNS = ("id", "cluster", "model", "preset", "status", "age", "last loss")
@@ -130,6 +129,8 @@ class WorkspacesScreen(TableScreen):
 
     def action_delete(self) -> None:
         if (ws_id := self.chosen_key("delete")) is not None:
+            from tui.actions import ask_delete  # its modals load with the first `d`
+
             ask_delete(self, ws_id)
 
     @on(WorkspaceDeleted)
