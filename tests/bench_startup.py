@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -195,15 +196,21 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help="no bytecode cache: compile at every start")
     args = parser.parse_args()
     home = make_home()
+    try:
+        report(home, args)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return 0
+
+
+def report(home: Path, args: argparse.Namespace) -> None:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          f"best of {args.runs} interleaved runs, {'no bytecode cache' if args.cold else 'bytecode cached'}, "
-          f"GEOTRAIN_HOME={home}")
+          f"best of {args.runs} interleaved runs, {'no bytecode cache' if args.cold else 'bytecode cached'}")
     print(f"{'case':44} {'geotrain':>9} {'baseline':>9} {'ratio':>6} {'target':>7}        {'cpu ratio':>9}")
     for name, ours, theirs, target in measure(args.runs, home, args.cold):
         ratio = ours[0] / theirs[0]
         print(f"{name:44} {ours[0]:8.3f}s {theirs[0]:8.3f}s {ratio:5.2f}x {'<=':>3}{target:.1f}x "
               f"{'ok' if ratio <= target else 'MISSED':6} {ours[1] / theirs[1]:8.2f}x", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
