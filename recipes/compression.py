@@ -1,8 +1,9 @@
 """What crosses the wire: block-scaled fp8 / packed fp4 codecs and error feedback.
 
-A codec turns a flat fp32 vector into a uint8 payload and back. Payloads are what
-ranks all-gather, so their length is exactly the bytes a rank sends: fp4 is two
-4-bit codes per byte plus one fp32 scale per block, nothing else.
+A codec turns a flat fp32 vector into a uint8 payload and back. Payloads (or pieces of
+them, cut on block boundaries, for a reduce-scatter) are what ranks send, so their length
+is exactly the bytes on the wire: fp4 is two 4-bit codes per byte plus one fp32 scale per
+block, nothing else.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ class BlockCodec:
             codes = _pack_nibbles(_fp4_codes(scaled.flatten()))
         codes = codes[:self._code_bytes(x.numel())]
         return torch.cat([codes, scales.flatten().view(torch.uint8)])
+
+    def piece(self, payload: torch.Tensor, numel: int, start: int, stop: int) -> torch.Tensor:
+        """What encode(x[start:stop]) gives, cut out of encode(x) (x of `numel` values; `start` on a
+        block boundary): the piece's codes, then its blocks' scales. A reduce-scatter sends pieces."""
+        if start % self.block:
+            raise ValueError(f"a piece starts on a block boundary (a multiple of {self.block}), not at {start}")
+        code_bytes = self._code_bytes(numel)
+        scales = code_bytes + 4 * (start // self.block), code_bytes + 4 * math.ceil(stop / self.block)
+        return torch.cat([payload[start * self.bits // 8:self._code_bytes(stop)], payload[scales[0]:scales[1]]])
 
     def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
         blocks = math.ceil(numel / self.block)
@@ -178,6 +188,10 @@ class RotatedCodec:
 
     def payload_bytes(self, numel: int) -> int:
         return self.codec.payload_bytes(numel)
+
+    def piece(self, payload: torch.Tensor, numel: int, start: int, stop: int) -> torch.Tensor:
+        """Whole blocks turn alone, so a piece on block boundaries is the inner codec's piece."""
+        return self.codec.piece(payload, numel, start, stop)
 
     def _turn(self, x: torch.Tensor, forward: bool) -> torch.Tensor:
         whole = x.numel() // self.block * self.block

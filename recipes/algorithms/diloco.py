@@ -88,10 +88,19 @@ class DiLoCo:
         """Run the outer step after every H-th inner step; True when one ran. The sync at `final_step`
         (the run's last step, when it ends on a whole phase) is the run's last: no look-ahead
         (with `overlap` its exchange lands in finish(), the run's last outer step)."""
+        if self.pending is not None and step % self.inner_steps == self.inner_steps // 2:
+            self._progress()
         if step % self.inner_steps:
             return False
         self._sync(step, last=step == self.final_step)
         return True
+
+    def _progress(self) -> None:
+        """Halfway through a phase, an exchange in two stages starts its second (the all-gather after
+        the reduce-scatter): at the same step on every rank, so collectives start in one order."""
+        progress = getattr(self.exchange, "progress", None)
+        if progress is not None:
+            progress(self.pending)
 
     def _sync(self, step: int, last: bool) -> None:
         with self._ending_at(step if last and not self.overlap else None):
@@ -108,12 +117,11 @@ class DiLoCo:
             self._write_params(self.global_flat)
             self.anchor = self.global_flat.clone()
         else:
-            started = self.exchange.start(delta, async_op=True)
             if self.pending is not None:  # the previous sync's average: replay the mean of the ranks' eager steps
-                landed = self.exchange.finish(self.pending).cpu()
-                self.outer_update(self._eager_input(landed))
+                landed = self.exchange.finish(self.pending).cpu()  # (landed before the next starts: one order
+                self.outer_update(self._eager_input(landed))      # of collectives on every rank)
                 self.owed = landed
-            self.pending = started
+            self.pending = self.exchange.start(delta, async_op=True)
             eager = self._tentative(self._eager_input(delta.cpu()))
             self._write_params(eager)
             self.anchor = eager

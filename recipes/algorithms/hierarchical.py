@@ -15,8 +15,9 @@ links. That average is a *quantised reduce-scatter then all-gather*:
     3. the K encoded means are all-gathered ((K-1)/K again).
 
 So one datacenter sends 2(K-1)/K of one payload per outer step whatever M is, instead
-of (K-1) payloads for an all-gather. Last, the datacenter's workers all-gather their
-averaged shards over the LAN. `bytes_sent` of the trainer's wire counts what crosses
+of (K-1) payloads for an all-gather (recipes.algorithms.reduce_scatter; flat DiLoCo runs the
+same over all its workers). Last, the datacenter's workers all-gather their averaged shards
+over the LAN. `bytes_sent` of the trainer's wire counts what crosses
 the WAN; the LAN wire counts what stays inside datacenters.
 
 With `diloco.overlap`, the exchange runs on a background thread (one at a time), on CPU
@@ -27,7 +28,6 @@ their stream; the next outer step waits for it. What it sent is counted when it 
 
 from __future__ import annotations
 
-import math
 import threading
 
 import torch
@@ -36,7 +36,7 @@ import torch.distributed as dist
 from recipes.algorithms.ddp import DDP
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import Pending
-from recipes.compression import ErrorFeedback, block_codec
+from recipes.algorithms.reduce_scatter import QuantizedAllReduce, cut
 from recipes.distributed import Wire
 from recipes.topology import Topology, layout
 
@@ -97,82 +97,6 @@ class GroupWire(Wire):
         dist.all_to_all_single(out, flat, output_split_sizes=list(recv_numel),
                                input_split_sizes=[t.numel() for t in send], group=self.group)
         return list(out.split(list(recv_numel)))
-
-
-class RawCodec:
-    """fp32 / bf16 as a 'codec', so full precision takes the same reduce-scatter/all-gather path."""
-
-    def __init__(self, bits: int) -> None:
-        self.dtype = torch.float32 if bits == 32 else torch.bfloat16
-        self.size = 4 if bits == 32 else 2
-
-    def payload_bytes(self, numel: int) -> int:
-        return numel * self.size
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return x.detach().to(self.dtype).contiguous().view(torch.uint8)
-
-    def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
-        return payload.view(self.dtype).float()
-
-
-def cut(numel: int, parts: int, align: int) -> list[tuple[int, int]]:
-    """`parts` contiguous ranges covering numel, cut on multiples of `align` (block scales stay whole)."""
-    blocks = math.ceil(numel / align)
-    edges = [min(numel, align * (blocks * p // parts)) for p in range(parts + 1)]
-    return list(zip(edges, edges[1:]))
-
-
-class QuantizedAllReduce:
-    """Mean over a WAN group by quantised reduce-scatter + all-gather, error feedback at both stages.
-
-    `residual` is what this member's encodes of its input dropped (stage 1); `reduce_residual`
-    what its re-encodes of the reduced piece it owns dropped (stage 2). For every round:
-    sent + residual_after == input + residual_before (to fp32 rounding), at each stage.
-    """
-
-    def __init__(self, numel: int, bits: int, block: int, wire: GroupWire, error_feedback: bool = True,
-                 rotate: bool = False) -> None:
-        self.numel, self.wire = numel, wire
-        self.quantised = bits not in (32, 16)
-        self.codec = block_codec(bits, block, rotate) if self.quantised else RawCodec(bits)
-        self.pieces = cut(numel, wire.world_size, block if self.quantised else 1)
-        mine = self.pieces[wire.me]
-        feedback = error_feedback and self.quantised
-        self.feedback = ErrorFeedback(numel, enabled=feedback)
-        self.reduce_feedback = ErrorFeedback(mine[1] - mine[0], enabled=feedback)
-
-    def payload_bytes(self) -> int:
-        """One full payload of this vector (the unit the WAN targets are stated in)."""
-        return sum(self.codec.payload_bytes(b - a) for a, b in self.pieces)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.detach().float().flatten()
-        for fb in (self.feedback, self.reduce_feedback):
-            if fb.residual is not None:
-                fb.residual = fb.residual.to(x.device)
-        target = x + self.feedback.residual if self.feedback.enabled else x
-        payloads, decoded = [], []
-        for a, b in self.pieces:
-            payload = self.codec.encode(target[a:b])
-            payloads.append(payload)
-            decoded.append(self.codec.decode(payload, b - a))
-        if self.feedback.enabled:
-            self.feedback.residual = target - torch.cat(decoded)
-        a, b = self.pieces[self.wire.me]
-        received = self.wire.exchange(payloads, [payloads[self.wire.me].numel()] * self.wire.world_size)
-        mean = torch.stack([self.codec.decode(p, b - a) for p in received]).sum(dim=0) / self.wire.world_size
-        reduced, _ = (self.reduce_feedback.compress(mean, self.codec) if self.quantised
-                      else (self.codec.encode(mean), None))
-        sizes = [self.codec.payload_bytes(hi - lo) for lo, hi in self.pieces]
-        gathered = self.wire.exchange([reduced] * self.wire.world_size, sizes)
-        return torch.cat([self.codec.decode(p, hi - lo) for p, (lo, hi) in zip(gathered, self.pieces)])
-
-    def state_dict(self) -> dict:
-        return {"residual": self.feedback.residual, "reduce_residual": self.reduce_feedback.residual}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.feedback.residual, self.reduce_feedback.residual = state["residual"], state["reduce_residual"]
 
 
 class BackgroundWork:

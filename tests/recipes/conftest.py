@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _gloo_rank(rank: int, port: int, out: str, body, world: int = 2) -> None:
+def _gloo_rank(rank: int, out: str, store_file: str, body, world: int = 2) -> None:
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # the ranks meet in a FileStore in the test's folder, as a local workspace's do: no store on a port
+    store = dist.FileStore(store_file, world)
+    dist.init_process_group("gloo", rank=rank, world_size=world, store=store)
     result = body(rank)
     with open(f"{out}/rank{rank}.json", "w") as fh:
         json.dump(result, fh)
@@ -37,12 +39,32 @@ def gloo_ranks(body, out: Path, world: int) -> list:
     returned (JSON), by rank. `body` must be a module-level function (spawn pickles it by name)."""
     import torch.multiprocessing as mp
 
-    mp.start_processes(_gloo_rank, args=(free_port(), str(out), body, world), nprocs=world, start_method="spawn")
+    store_file = out / f"gloo-store-{uuid.uuid4().hex}"  # a new one per group: a FileStore keeps its keys
+    mp.start_processes(_gloo_rank, args=(str(out), str(store_file), body, world), nprocs=world,
+                       start_method="spawn")
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(world)]
 
 
 def two_gloo_ranks(body, out: Path) -> list:
     return gloo_ranks(body, out, 2)
+
+
+def against_fp32_mean(x, out) -> tuple[bool, float, float]:
+    """One round of an exchange over the whole group against a plain fp32 all-reduce of its input `x`
+    (outside any byte counter): whether every rank got the same `out`, its largest error, and the
+    largest |x| of any rank."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    exact = x.clone()
+    dist.all_reduce(exact)
+    exact /= world
+    outs = [torch.empty_like(out) for _ in range(world)]
+    dist.all_gather(outs, out)
+    amax = x.abs().max().reshape(1)
+    dist.all_reduce(amax, op=dist.ReduceOp.MAX)
+    return all(torch.equal(outs[0], o) for o in outs), float((out - exact).abs().max()), float(amax)
 
 
 def recipe_env(**extra: str) -> dict:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from recipes import train
+from tests.recipes.conftest import against_fp32_mean
 
 RECORDS: list[dict] = []
 ROUNDS = 12
@@ -37,17 +38,11 @@ def exchange_rounds(rank: int, k: int, bits: int) -> dict:
     worst_round, top, identical, first_bytes = 0.0, 0.0, True, 0
     for r in range(ROUNDS):
         x = torch.randn(NUMEL, generator=gen) * (1 + r % 3)  # scales change between rounds
-        exact = x.clone()
-        dist.all_reduce(exact)
-        exact /= k
         out = reduce(x)
-        outs = [torch.empty_like(out) for _ in range(k)]
-        dist.all_gather(outs, out)
-        identical = identical and all(torch.equal(outs[0], o) for o in outs)
-        amax = x.abs().max().reshape(1)
-        dist.all_reduce(amax, op=dist.ReduceOp.MAX)
-        top = max(top, float(amax))
-        worst_round = max(worst_round, float((out - exact).abs().max() / amax))
+        same, error, amax = against_fp32_mean(x, out)
+        identical = identical and same
+        top = max(top, amax)
+        worst_round = max(worst_round, error / amax)
         total_in += x
         total_out += out
         if r == 0:
