@@ -3,7 +3,8 @@
 Pure arithmetic (no torch), so the app can answer while a user fills the deploy
 form. The model is the one `recipes/` implements: DDP all-reduces fp32 gradients
 every step; DiLoCo exchanges a pseudo-gradient every H inner steps, by ring
-all-reduce (fp32/bf16) or all-gather of a quantized payload (fp8/fp4/DeMo). A ring
+all-reduce (fp32/bf16), a quantised reduce-scatter + all-gather (dense block codecs from 3
+workers up) or all-gather of a quantized payload (sparse picks, DeMo, ultra's signs). A ring
 moves at the pace of its slowest link, so the bottleneck of the network matrix
 decides. With overlap, an exchange runs during the next H inner steps and only
 the part longer than them is waited for.
@@ -82,22 +83,27 @@ def bottleneck(links: Iterable[Link], workers: int | None = None) -> Network:
 class Exchange:
     """What one synchronisation puts on the wire, per rank."""
 
-    collective: str  # "all_reduce" | "all_gather"
+    collective: str  # "all_reduce" | "all_gather" | "quantised_reduce" (recipes' flat exchange)
     payload_bytes: int  # this rank's buffer (all-reduce) or contribution (all-gather)
 
     def wire_bytes(self, workers: int) -> float:
         """Bytes a rank sends, counted as recipes/distributed.py counts them."""
         if workers <= 1:
             return 0.0
-        if self.collective == "all_reduce":
+        if self._reduces(workers):
             return 2 * (workers - 1) * self.payload_bytes / workers
         return (workers - 1) * self.payload_bytes
+
+    def _reduces(self, workers: int) -> bool:
+        """A quantised reduce-scatter + all-gather from 3 workers up; at 2 the recipes all-gather
+        (the same bytes: recipes/algorithms/exchange.py says why)."""
+        return self.collective == "all_reduce" or (self.collective == "quantised_reduce" and workers >= 3)
 
     def rounds(self, workers: int) -> int:
         """Latency-bound steps of the ring."""
         if workers <= 1:
             return 0
-        return 2 * (workers - 1) if self.collective == "all_reduce" else workers - 1
+        return 2 * (workers - 1) if self._reduces(workers) else workers - 1
 
 
 def exchange_for(preset: dict[str, Any], params: int) -> Exchange:
@@ -110,7 +116,10 @@ def exchange_for(preset: dict[str, Any], params: int) -> Exchange:
     data = math.ceil(values * bits / 8)  # the last block's padding is not sent
     if block:
         data += 4 * math.ceil(values / block)  # one fp32 scale per block
-    return Exchange("all_gather", data + math.ceil(values * index_bits / 8))
+    # a dense block codec with error feedback goes through the quantised reduce-scatter + all-gather;
+    # sparse picks (density < 1, DeMo's indices) and ultra's signs without error feedback all-gather
+    dense = block and density >= 1.0 and not index_bits and preset.get("error_feedback", True) is not False
+    return Exchange("quantised_reduce" if dense else "all_gather", data + math.ceil(values * index_bits / 8))
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,15 @@ def test_payloads_by_hand():
     assert planner.exchange_for(PRESETS["none"], 1000) == planner.Exchange("all_reduce", 4000)
     assert planner.exchange_for(PRESETS["low"], 1000) == planner.Exchange("all_reduce", 2000)
     # 1000 values at 4 bits (500 bytes) + 8 blocks of 128, one fp32 scale each (32 bytes)
-    assert planner.exchange_for(PRESETS["high"], 1000) == planner.Exchange("all_gather", 532)
+    # a dense block codec with error feedback: the flat quantised reduce-scatter + all-gather
+    assert planner.exchange_for(PRESETS["high"], 1000) == planner.Exchange("quantised_reduce", 532)
     # 6400 values, 1/16 sent = 400: fp8 values (400 bytes) + 4 scales (16) + 400 six-bit indices (300)
     assert planner.exchange_for(PRESETS["ultra"], 6400) == planner.Exchange("all_gather", 716)
     # a rotation costs no bytes: 1000 values are 1000 signs (125 bytes) + one scale, rotated or not
     rotated = {"algorithm": "diloco", "bits": 1, "block": 1024, "rotate": True}
     assert planner.exchange_for(rotated, 1000) == planner.exchange_for({**rotated, "rotate": False}, 1000) \
-        == planner.Exchange("all_gather", 129)
+        == planner.Exchange("quantised_reduce", 129)
+    assert planner.exchange_for({**rotated, "error_feedback": False}, 1000) == planner.Exchange("all_gather", 129)
 
 
 def test_wire_bytes_follow_the_ring():
@@ -224,3 +226,19 @@ def test_planner_stays_free_of_torch_and_recipes():
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dense_quantised_presets_cost_an_all_reduce_from_three_workers():
+    """The flat exchange reduce-scatters a dense block codec with error feedback from 3 workers
+    up (recipes/algorithms/exchange.py), so its bytes per worker are 2(N-1)/N of a payload;
+    at 2 workers, and for ultra's signs without error feedback, it all-gathers: (N-1)."""
+    from core.domain.recipe_catalog import presets
+    from core.planner.wan_what_if import exchange_for
+
+    table = presets()
+    for name in ("medium", "high"):
+        ex = exchange_for(table[name], 1_000_000)
+        assert ex.wire_bytes(2) == ex.payload_bytes and ex.rounds(2) == 1
+        assert ex.wire_bytes(4) == 1.5 * ex.payload_bytes and ex.rounds(4) == 6
+    ultra = exchange_for(table["ultra"], 1_000_000)
+    assert ultra.wire_bytes(4) == 3 * ultra.payload_bytes
