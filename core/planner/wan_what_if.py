@@ -24,13 +24,13 @@ DEFAULT_EFFICIENCY = 0.87
 DEFAULT_TARGET = 0.95
 # The fewest inner steps the planner suggests: on the natural-text bench at Adam beta1 0.9, with the
 # presets' outer lr 0.5 / momentum 0.6, H = 4 ended further from DDP's loss (1.030x on seed 1) than H = 8 (1.013x,
-# both seeds; README).
+# both seeds; recipes/bench/RESULTS.md).
 H_FLOOR = 8
 # When the planner lowers H for an overlapped exchange, the exchange may fill at most this share of
 # the H steps of compute it hides behind: the model predicts 100% up to a full window, but on the WAN
 # bench `low-overlap` measured 90% with the exchange filling ~84% of it (ranks wait for the slowest).
 OVERLAP_FILL = 0.8
-# What overlap costs, measured (README "Overlap with eager updates", finished models at issue 15's budgets,
+# What overlap costs, measured (recipes/README.md "Overlap with eager updates", finished models at issue 15's budgets,
 # Adam beta1 0.9).
 OVERLAP_LOSS = "3-9%"
 OVERLAP_COST = (f"is not free: each exchange lands one outer step late, and on the natural-text bench overlapped "
@@ -267,7 +267,7 @@ def plan(presets: dict[str, dict[str, Any]], params: int, compute_s: float, net:
     one that reaches `target` utilization, preferring no overlap; else the best there is. For a
     DiLoCo pick, `inner_steps` is the fewest inner steps (not under H_FLOOR, not over the preset's
     own H) that still reach the target: on natural text, fewer inner steps reach DDP's loss in fewer
-    steps (README), so a link with room to spare buys loss with it."""
+    steps (recipes/README.md), so a link with room to spare buys loss with it."""
     if params <= 0:
         raise InvalidInput(f"parameter count must be positive, not {params}", "pass --params N")
     if not 0 < target <= 1:
