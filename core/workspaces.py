@@ -283,6 +283,11 @@ class WorkspaceService:
         ws = self.get(workspace_id)
         return metric_rows.usable(self.backend(ws.cluster).metrics(workspace_id))
 
+    def utilization(self, workspace_id: str) -> dict[str, dict]:
+        """Each worker's last CPU, network-wait and GPU figures, by worker name (empty before any)."""
+        ws = self.get(workspace_id)
+        return self.backend(ws.cluster).utilization(workspace_id)
+
     def what_will_be_lost(self, workspace_id: str) -> str:
         from core.backends import export
 

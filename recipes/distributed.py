@@ -18,7 +18,7 @@ import torch.distributed as dist
 from recipes.private_store import GROUP_STORE_ENV, open_file_store
 from recipes.schema import DistConfig
 from recipes.streams import Streams
-from recipes.telemetry import emit
+from recipes.telemetry import emit, network_wait, timed
 
 # Environment torch.distributed reads; set once here before the group exists.
 WAN_ENV = {
@@ -113,7 +113,8 @@ def teardown() -> None:
 
 
 class Wire:
-    """Collectives that count the bytes this rank sends; `bytes_sent` is cumulative."""
+    """Collectives that count the bytes this rank sends (`bytes_sent`, cumulative) and the time the training
+    thread waits on them (recipes.telemetry.network_wait)."""
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
@@ -126,10 +127,11 @@ class Wire:
             return tensor
         n = self.world_size
         self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
-        if self.streams:
-            self.streams.all_reduce(tensor)
-        else:
-            dist.all_reduce(tensor)
+        with network_wait():
+            if self.streams:
+                self.streams.all_reduce(tensor)
+            else:
+                dist.all_reduce(tensor)
         tensor.div_(n)
         return tensor
 
@@ -139,11 +141,12 @@ class Wire:
             return (None, [payload]) if async_op else [payload]
         self.bytes_sent += (self.world_size - 1) * payload.numel() * payload.element_size()
         out = [torch.empty_like(payload) for _ in range(self.world_size)]
-        if self.streams:
-            work = self.streams.all_gather(out, payload.contiguous(), async_op=async_op)
-        else:
-            work = dist.all_gather(out, payload.contiguous(), async_op=async_op)
-        return (work, out) if async_op else out
+        with network_wait():  # an async start returns at once; its wait() counts then
+            if self.streams:
+                work = self.streams.all_gather(out, payload.contiguous(), async_op=async_op)
+            else:
+                work = dist.all_gather(out, payload.contiguous(), async_op=async_op)
+        return (timed(work), out) if async_op else out
 
     def all_reduce_async(self, tensor: torch.Tensor):
         """Start a sum all-reduce; the caller waits and divides."""
@@ -152,5 +155,5 @@ class Wire:
         n = self.world_size
         self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
         if self.streams:
-            return self.streams.all_reduce(tensor, async_op=True)
-        return dist.all_reduce(tensor, async_op=True)
+            return timed(self.streams.all_reduce(tensor, async_op=True))
+        return timed(dist.all_reduce(tensor, async_op=True))

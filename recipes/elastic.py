@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from recipes.distributed import Wire
 from recipes.private_store import ELASTIC_STORE_ENV, open_file_store
-from recipes.telemetry import emit, say
+from recipes.telemetry import emit, network_wait, say, timed
 
 STORE_ENV = ELASTIC_STORE_ENV
 MAX_ATTEMPTS = 5
@@ -88,7 +88,7 @@ class ElasticWire(Wire):
             return None
         n = self.world_size
         self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
-        return self.pg.allreduce([tensor])
+        return timed(self.pg.allreduce([tensor]))
 
     def all_gather(self, payload: torch.Tensor, async_op: bool = False):
         if self.world_size == 1:
@@ -97,8 +97,9 @@ class ElasticWire(Wire):
         out = [torch.empty_like(payload) for _ in range(self.world_size)]
         work = self.pg.allgather([out], [payload.contiguous()])
         if async_op:
-            return work, out
-        work.wait()
+            return timed(work), out
+        with network_wait():
+            work.wait()
         return out
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN")
@@ -43,6 +45,82 @@ def emit(kind: str, **detail) -> None:
     backend derive the workspace's state from these, the log view shows them readably
     (core.domain.run_events)."""
     print("geotrain-event " + json.dumps({"kind": kind, "at": time.time(), **detail}), flush=True)
+
+
+_waited = [0.0]  # seconds the training thread spent blocked in collectives, since the process started
+
+
+@contextmanager
+def network_wait():
+    """Count the time inside as waiting on the network (the Wire's blocking collectives and waits).
+    Only the training thread counts: a background exchange waiting is not training waiting."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        _waited[0] += time.perf_counter() - started
+
+
+class TimedWork:
+    """An async collective's handle whose wait() counts as network wait."""
+
+    def __init__(self, work) -> None:
+        self.work = work
+
+    def wait(self, *args, **kwargs):
+        with network_wait():
+            return self.work.wait(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.work, name)
+
+
+def timed(work):
+    """`work` with its wait() counted (None stays None: nothing was started)."""
+    return None if work is None else TimedWork(work)
+
+
+class Utilization:
+    """Per logging interval: the share of wall time this process ran on CPU (all its threads, so
+    above 1 with several cores), the seconds it waited on the network, and the GPU's figures where
+    there is one. Every rank emits a `utilization` event; the supervisor keeps each worker's last."""
+
+    def __init__(self, rank: int, device=None) -> None:
+        self.rank, self.device = rank, device
+        self.reset()
+
+    def reset(self) -> None:
+        self.wall, self.cpu, self.waited = time.perf_counter(), time.process_time(), _waited[0]
+
+    def sample(self) -> dict:
+        wall = max(time.perf_counter() - self.wall, 1e-9)
+        figures = {"rank": self.rank, "wall_s": round(wall, 4),
+                   "cpu": round((time.process_time() - self.cpu) / wall, 4),
+                   "wait_s": round(_waited[0] - self.waited, 4), **gpu_figures(self.device)}
+        self.reset()
+        return figures
+
+    def report(self, step: int) -> dict:
+        figures = self.sample()
+        emit("utilization", step=step, **figures)
+        return figures
+
+
+def gpu_figures(device) -> dict:
+    """GPU busy % (NVML, through torch) and bytes allocated; empty on a CPU or where NVML is missing."""
+    if device is None or getattr(device, "type", "cpu") != "cuda":
+        return {}
+    import torch
+
+    figures = {"gpu_memory_bytes": int(torch.cuda.memory_allocated(device))}
+    try:
+        figures["gpu"] = float(torch.cuda.utilization(device))
+    except Exception:  # noqa: BLE001 - no NVML (pynvml missing, a MIG slice): memory alone
+        pass
+    return figures
 
 
 class ProgressEvents:

@@ -33,7 +33,7 @@ from recipes.data import build_data
 from recipes.distributed import Runtime, Wire, setup, teardown
 from recipes.models import build_model, count_parameters
 from recipes.optimizers import build_optimizer
-from recipes.telemetry import Telemetry, say
+from recipes.telemetry import Telemetry, Utilization, say
 
 
 def lr_lambda(cfg: TrainConfig):
@@ -322,6 +322,7 @@ def run(cfg: TrainConfig) -> int:
         say(rt.rank, "the other workers finished the run while this one was away")
         return 0
     losses, window_start = [], time.perf_counter()
+    utilization = Utilization(rt.rank, rt.device)
     log_every, every, eval_every = cfg.logging.log_every, cfg.checkpoint.every, cfg.logging.eval_every
     curve = []  # (step, held-out loss of the agreed weights, bytes sent): the bench's reach curve
     while trainer.step < cfg.steps:
@@ -337,6 +338,7 @@ def run(cfg: TrainConfig) -> int:
                          f"outer {record['outer_step']} sent {record['bytes_sent'] / 1e6:.3f}MB "
                          f"{1000 * record['step_time']:.1f}ms/step")
             telemetry.log(record)
+            utilization.report(step)  # every rank's own figures, for the supervisor (rank 0 alone writes metrics)
             losses, window_start = [], time.perf_counter()
         if eval_every and step % eval_every == 0 and rt.rank == 0:
             point = trainer.evaluate_consensus()

@@ -89,6 +89,11 @@ class Backend(abc.ABC):
         """Metrics rows (step, loss, bytes_sent …) the recipe has written so far."""
         return []
 
+    def utilization(self, workspace_id: str) -> dict[str, dict]:
+        """Each worker's last utilization figures (core.domain.run_events.utilization), by worker name;
+        empty where the backend does not collect them."""
+        return {}
+
     def result_files(self, workspace_id: str, spec: WorkspaceSpec) -> dict[str, Path]:
         """Name in an export -> file or folder on this machine (config.yaml, logs, checkpoints …);
         empty where results live elsewhere (pods: logs and metrics come through the API)."""

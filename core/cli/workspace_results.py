@@ -1,4 +1,5 @@
-"""`geotrain workspaces export|sync`: keep a workspace's results, upload its offline W&B run."""
+"""`geotrain workspaces export|sync|metrics`: keep a workspace's results, upload its offline W&B run,
+hand its figures to Prometheus."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def register(groups) -> None:
     p.add_argument("id", complete="workspace")
     p.add_argument("--ask-key", action="store_true", help="type the W&B API key (hidden)")
     p.set_defaults(handler=cmd_sync)
+    p = sub.add_parser("metrics", help="each worker's CPU, network wait and GPU, with the loss and bytes sent")
+    p.add_argument("id", complete="workspace")
+    p.add_argument("--openmetrics", action="store_true",
+                   help="print OpenMetrics text (for Prometheus: a textfile collector or a pushgateway)")
+    p.set_defaults(handler=cmd_metrics)
 
 
 def cmd_export(args) -> int:
@@ -71,4 +77,24 @@ def cmd_sync(args) -> int:
     for line in output.rstrip().splitlines():  # wandb's words about a run the workers named
         print(printable(line))
     print(f"Synced the offline W&B run of {args.id} (project {info.get('project')}).")
+    return 0
+
+
+def cmd_metrics(args) -> int:
+    from core.domain import openmetrics
+
+    service = WorkspaceService()
+    utilization, rows = service.utilization(args.id), service.metrics(args.id)
+    if args.openmetrics:
+        print(openmetrics.render(args.id, utilization, rows), end="")
+        return 0
+    from core.cli.workspaces import utilization_table
+
+    last = next((row for row in reversed(rows) if row.get("loss") is not None), None)
+    if last is not None:
+        print(f"step {last.get('step')}: loss {last['loss']:.4f}, {last.get('bytes_sent', 0):,} bytes sent by worker-0")
+    if utilization:
+        utilization_table(utilization)
+    if last is None and not utilization:
+        print(f"No figures from {args.id} yet: workers report them every logging.log_every steps.")
     return 0

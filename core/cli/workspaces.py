@@ -200,7 +200,7 @@ def cmd_show(args) -> int:
     data = {"id": ws.id, "cluster": ws.cluster, "status": state.status, "reason": state.reason,
             "workers": [w.__dict__ for w in state.workers], "last_loss": ws.last_loss,
             "run_dir": ws.run_dir, "history": service.events(ws.id), "spec": ws.spec.to_dict(),
-            "wandb": service.wandb_run(ws.id)}
+            "wandb": service.wandb_run(ws.id), "utilization": service.utilization(ws.id)}
     if args.json:
         dump_json(data)
         return 0
@@ -209,11 +209,29 @@ def cmd_show(args) -> int:
     print(f"  {printable(wandb_runs.summary(data['wandb'], ws.id))}")
     for worker in state.workers:
         print(printable(f"  {worker.name}: {worker.status} {worker.detail}").rstrip())
+    if data["utilization"]:
+        utilization_table(data["utilization"])
     for event in data["history"]:
         when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(event['at']))
         print(printable(f"  {when} {event['kind']}{describe_event(event)}"))
     print(ws.spec.to_yaml().rstrip())
     return 0
+
+
+def utilization_table(figures: dict[str, dict]) -> None:
+    """Each worker's last logging interval: CPU (100% = one core), network wait, GPU where there is one."""
+    from core.domain.run_events import natural_key
+
+    gpus = any("gpu" in f or "gpu_memory_bytes" in f for f in figures.values())
+    rows = []
+    for name in sorted(figures, key=natural_key):
+        f = figures[name]
+        row = [f"  {name}", f"{100 * f['cpu']:.0f}%", f"{100 * f['wait_ratio']:.0f}%", f.get("step", "-")]
+        if gpus:
+            row += ["-" if "gpu" not in f else f"{f['gpu']:.0f}%",
+                    "-" if "gpu_memory_bytes" not in f else f"{f['gpu_memory_bytes'] / 2 ** 30:.2f} GiB"]
+        rows.append(row)
+    table(["  worker", "cpu", "network wait", "at step"] + (["gpu", "gpu memory"] if gpus else []), rows)
 
 
 def describe_event(event: dict) -> str:

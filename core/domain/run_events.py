@@ -66,6 +66,35 @@ def parse_event(line: str) -> dict | None:
     return event if _sane_numbers(event) else None
 
 
+# utilization ----------------------------------------------------------------------
+# Each rank's `utilization` event, every logging interval: field -> (lowest, highest). A
+# process's CPU share counts all its threads (1.0 = one core busy the whole interval).
+UTILIZATION_FIELDS = {"rank": (0, 1 << 20), "step": (0, MAX_NUMBER), "wall_s": (0, 1e7), "cpu": (0, 4096),
+                      "wait_s": (0, 1e7), "gpu": (0, 100), "gpu_memory_bytes": (0, 1 << 50)}
+UTILIZATION_NEEDS = ("rank", "wall_s", "cpu", "wait_s")
+_WHOLE = ("rank", "step", "gpu_memory_bytes")
+
+
+def utilization(event: dict) -> dict | None:
+    """A `utilization` event's figures, or None when any is missing, of the wrong type or out of
+    range (any output can imitate an event); the network wait also as a share of the interval."""
+    if event.get("kind") != "utilization":
+        return None
+    figures = {}
+    for key, (low, high) in UTILIZATION_FIELDS.items():
+        value = event.get(key)
+        if value is None and key not in UTILIZATION_NEEDS:
+            continue
+        whole = isinstance(value, int) or (isinstance(value, float) and key not in _WHOLE)
+        if isinstance(value, bool) or not whole or not low <= value <= high:
+            return None
+        figures[key] = value
+    if figures["wall_s"] <= 0:
+        return None
+    figures["wait_ratio"] = min(1.0, figures["wait_s"] / figures["wall_s"])
+    return figures
+
+
 def _n(value) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
@@ -131,6 +160,10 @@ def describe(event: dict) -> str:
         count = len(members) if isinstance(members, list) else members
         return (f"outer step {event.get('step')} averaged over {count} of {event.get('world')}"
                 f" (ranks {_ranks(members)})")
+    if kind == "utilization" and utilization(event) is not None:
+        figures = utilization(event)
+        gpu = f", GPU {figures['gpu']:.0f}%" if "gpu" in figures else ""
+        return f"utilization: {who} CPU {100 * figures['cpu']:.0f}%, network wait {100 * figures['wait_ratio']:.0f}%{gpu}"
     rest = ", ".join(f"{k} {v}" for k, v in event.items() if k not in ("kind", "at"))
     return f"{kind}: {rest}" if rest else str(kind)
 

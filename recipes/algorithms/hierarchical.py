@@ -38,6 +38,7 @@ from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.exchange import Pending
 from recipes.algorithms.reduce_scatter import QuantizedAllReduce, cut
 from recipes.distributed import Wire
+from recipes.telemetry import network_wait
 from recipes.topology import Topology, layout
 
 
@@ -83,7 +84,8 @@ class GroupWire(Wire):
             return tensor
         n = self.world_size
         self.count(2 * (n - 1) * tensor.numel() * tensor.element_size() // n)
-        dist.all_reduce(tensor, group=self.group)
+        with network_wait():  # counts on the training thread only, not in a background exchange
+            dist.all_reduce(tensor, group=self.group)
         return tensor.div_(n)
 
     def exchange(self, send: list[torch.Tensor], recv_numel: list[int]) -> list[torch.Tensor]:
@@ -94,8 +96,9 @@ class GroupWire(Wire):
         self.count(sum(t.numel() * t.element_size() for i, t in enumerate(send) if i != self.me))
         flat = torch.cat([t.contiguous().view(-1) for t in send])
         out = flat.new_empty(sum(recv_numel))
-        dist.all_to_all_single(out, flat, output_split_sizes=list(recv_numel),
-                               input_split_sizes=[t.numel() for t in send], group=self.group)
+        with network_wait():
+            dist.all_to_all_single(out, flat, output_split_sizes=list(recv_numel),
+                                   input_split_sizes=[t.numel() for t in send], group=self.group)
         return list(out.split(list(recv_numel)))
 
 
@@ -120,7 +123,8 @@ class BackgroundWork:
         self.thread.join()
 
     def wait(self) -> torch.Tensor:
-        self.thread.join()
+        with network_wait():
+            self.thread.join()
         if self.error is not None:
             raise self.error
         return self.result

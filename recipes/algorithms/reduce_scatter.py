@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from recipes.compression import ErrorFeedback, block_codec
+from recipes.telemetry import network_wait
 
 
 class RawCodec:
@@ -220,7 +221,8 @@ class InFlight:
         return all(work.is_completed() for work in self.works)
 
     def parts(self) -> list[torch.Tensor]:
-        for work in self.works:
-            work.wait()
+        with network_wait():
+            for work in self.works:
+                work.wait()
         stripes = [out.split(split) for out, split in zip(self.outs, self.splits)]
         return [torch.cat(column) if len(column) > 1 else column[0] for column in zip(*stripes)]

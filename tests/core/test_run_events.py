@@ -42,6 +42,10 @@ SAMPLES = {
     "resumed": [({"rank": 1, "step": 40}, "recovered from step 40: rank 1 loaded its newest checkpoint")],
     "outer_step": [({"rank": 0, "step": 3, "members": [0, 2], "world": 3},
                     "outer step 3 averaged over 2 of 3 (ranks 0, 2)")],
+    "utilization": [({"rank": 1, "step": 20, "wall_s": 2.0, "cpu": 0.9, "wait_s": 0.5},
+                     "utilization: rank 1 CPU 90%, network wait 25%"),
+                    ({"rank": 0, "step": 20, "wall_s": 1.0, "cpu": 1.5, "wait_s": 0.0, "gpu": 87.0,
+                      "gpu_memory_bytes": 1 << 30}, "utilization: rank 0 CPU 150%, network wait 0%, GPU 87%")],
 }
 
 

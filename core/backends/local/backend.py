@@ -29,7 +29,7 @@ import yaml
 
 from core.state import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
-from core.backends.local.run_history import read_history, read_jsonl, read_phase
+from core.backends.local.run_history import read_history, read_jsonl, read_phase, read_utilization
 from core.errors import BackendError, InvalidInput, NotFound
 from core.domain.line_splitter import LineSplitter
 from core.domain.records import Status, WorkspaceSpec
@@ -281,6 +281,9 @@ class LocalBackend(Backend):
 
     def metrics(self, workspace_id: str) -> list[dict]:
         return read_jsonl(self.run_dir(workspace_id) / "out" / "metrics.jsonl")
+
+    def utilization(self, workspace_id: str) -> dict[str, dict]:
+        return read_utilization(self.run_dir(workspace_id))
 
     # results kept -------------------------------------------------------------
     def checkpoint_root(self, workspace_id: str, spec: WorkspaceSpec) -> Path:

@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 from core.domain.records import Status
-from core.domain.run_events import EVENT_PREFIX, STEP_LINE, WorkerPhase, combine, parse_event
+from core.domain.run_events import EVENT_PREFIX, STEP_LINE, WorkerPhase, combine, parse_event, utilization
 from core.state.atomic_files import write_atomically
 
 HISTORY_FILE = "history.jsonl"
 PHASE_FILE = "phase.json"
+UTILIZATION_FILE = "utilization.json"
 
 
 def read_phase(run_dir: Path) -> dict | None:
@@ -36,6 +37,20 @@ def read_phase(run_dir: Path) -> dict | None:
     except (FileNotFoundError, ValueError):
         return None
     return phase if isinstance(phase, dict) and phase.get("status") in Status.__members__ else None
+
+
+def read_utilization(run_dir: Path) -> dict[str, dict]:
+    """Each worker's last utilization figures ({worker: figures}), checked again on reading (the file
+    is in the run's directory, which anything running as the user can write)."""
+    try:
+        saved = json.loads((run_dir / UTILIZATION_FILE).read_text())
+    except (FileNotFoundError, ValueError, RecursionError):
+        return {}
+    if not isinstance(saved, dict):
+        return {}
+    figures = {name: utilization({**event, "kind": "utilization"}) for name, event in saved.items()
+               if isinstance(name, str) and name.startswith("worker-") and isinstance(event, dict)}
+    return {name: f for name, f in figures.items() if f is not None}
 
 
 def read_history(run_dir: Path) -> list[dict]:
@@ -73,6 +88,8 @@ class RunHistory:
         self.last_step: dict[str, int] = {}
         self.last_outer_step: dict[str, int] = {}
         self.pending: dict[str, dict] = {}  # worker -> open recovery, waiting for training again
+        self.utilization_path = run_dir / UTILIZATION_FILE
+        self.utilization: dict[str, dict] = {}  # worker -> its last utilization figures
 
     def add(self, kind: str, **detail) -> dict:
         record = {"at": time.time(), "kind": kind, **detail}
@@ -96,6 +113,9 @@ class RunHistory:
         self._follow_phase(worker, text)
         if text.startswith(EVENT_PREFIX):
             event = parse_event(text)
+            if event is not None and event["kind"] == "utilization":
+                self._utilization(worker, event)
+                return
             opened = self.pending.get(worker)
             if event is None or opened is None:
                 return
@@ -115,6 +135,14 @@ class RunHistory:
         opened = self.pending.pop(worker, None)
         if opened is not None:
             self._recovered(worker, step, opened)
+
+    def _utilization(self, worker: str, event: dict) -> None:
+        figures = utilization(event)
+        if figures is None:
+            return
+        with self.phase_lock:
+            self.utilization[worker] = {**figures, "at": time.time()}
+            write_atomically(self.utilization_path, json.dumps(self.utilization))
 
     def _follow_phase(self, worker: str, text: str, restart: bool = False) -> None:
         with self.phase_lock:
