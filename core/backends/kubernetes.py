@@ -115,7 +115,7 @@ class KubernetesBackend(Backend):
                           config_yaml=manifests[0]["data"]["config.yaml"])
 
     def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
-        manifests = self._manifests(workspace_id, spec, self._token_values(secret_refs))
+        manifests = self._manifests(workspace_id, spec, SecretStore().tokens(secret_refs))
         check_volcano(self.cluster, self.api)
         created: list[dict[str, Any]] = []
         try:
@@ -128,18 +128,6 @@ class KubernetesBackend(Backend):
                     self._delete_object(manifest["kind"], manifest["metadata"]["name"])
             raise
         return f"{self.namespace}/{job_name(workspace_id)}"
-
-    @staticmethod
-    def _token_values(secret_refs: dict[str, str]) -> dict[str, str]:
-        """Env var -> token, read from the 0600 secret store (refs are all the DB holds)."""
-        store, values = SecretStore(), {}
-        for env, ref in secret_refs.items():
-            value = store.get(ref)
-            if value is None:
-                raise InvalidInput(f"the token for {env} ({ref}) is not in the secret store",
-                                   "deploy again with the token in WANDB_API_KEY/HF_TOKEN, or --ask-tokens")
-            values[env] = value
-        return values
 
     def _typed(self, verb: str, kind: str):
         """The typed client's `<verb>_namespaced_<kind>` method for a kind other than the Volcano Job."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.state.atomic_files import locked, write_atomically
 from core.state import paths
-from core.errors import GeotrainError
+from core.errors import GeotrainError, InvalidInput
 
 _MIN_SECRET_LEN = 6
 # Token kind -> the environment variable that carries it to workers.
@@ -51,6 +51,17 @@ class SecretStore:
 
     def get(self, ref: str) -> str | None:
         return self._load().get(ref)
+
+    def tokens(self, refs: dict[str, str]) -> dict[str, str]:
+        """Env var -> token for each reference (refs are all the database holds); one that is
+        missing is refused in one line naming the variable."""
+        data, values = self._load(), {}
+        for env, ref in refs.items():
+            if data.get(ref) is None:
+                raise InvalidInput(f"the token for {env} ({ref}) is not in the secret store",
+                                   "deploy again with the token in WANDB_API_KEY/HF_TOKEN, or --ask-tokens")
+            values[env] = data[ref]
+        return values
 
     def delete_prefix(self, prefix: str) -> None:
         with self._locked():
