@@ -2,8 +2,8 @@
 
     python -m recipes.bench.hierarchy [--quick] [--json OUT]
 
-Real torchrun runs on gloo on this machine (no shaping needed: the byte counters of
-the recipes' wires are exact; what crosses datacenters is `bytes_sent`, what stays
+Real runs on gloo on this machine, ranks started as a local workspace starts them (no
+shaping needed: the byte counters of the recipes' wires are exact; what crosses datacenters is `bytes_sent`, what stays
 inside one is `lan_bytes`, recipes/algorithms/hierarchical.py). Three tables:
 
 1. K=2 datacenters with 1, 2 and 4 workers each, hierarchical against flat DiLoCo over
@@ -19,11 +19,11 @@ import argparse
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from recipes.bench.local_group import run_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "recipes" / "configs" / "gpt-neo" / "tiny.yaml"
@@ -32,21 +32,12 @@ SHARED = ["device=cpu", "dist.backend=gloo", "logging.wandb=false", "checkpoint.
 DONE = re.compile(r"\[rank (\d+)\] done (.*)")
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(workers: int, datacenters: int, overrides: list[str], out: Path, timeout: float = 900) -> dict:
     """One run; per rank: bytes_sent (WAN), lan_bytes, outer_step, eval_loss."""
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "HF_TOKEN")}
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), WANDB_MODE="disabled")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(workers),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_port()}",
-           "-m", "recipes.train", "--config", str(CONFIG), *SHARED, *overrides,
-           f"datacenters={datacenters}", f"out_dir={out}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = run_ranks(["--config", str(CONFIG), *SHARED, *overrides, f"datacenters={datacenters}",
+                      f"out_dir={out}"], workers, env, REPO, timeout)
     if proc.returncode:
         raise RuntimeError(f"{workers} workers / {datacenters} datacenters failed:\n{proc.stdout[-2000:]}"
                            f"{proc.stderr[-2000:]}")

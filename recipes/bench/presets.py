@@ -4,7 +4,7 @@
     python -m recipes.bench --methods ddp high ultra --steps 3000
     python -m recipes.bench --task text --quick --seeds 2 --json text.json   (recipes/bench/text.py)
 
-Each method is a real 2-worker torchrun of tiny GPT-Neo on the Markov data (every
+Each method is a real 2-worker run of tiny GPT-Neo on the Markov data (every
 worker does the same number of inner steps on the same batch size); the held-out
 loss of the final synchronised weights is compared with the chain's exact entropy
 floor. Also times a bare AdamW step against a DiLoCo inner step on one process.
@@ -16,11 +16,12 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from recipes.bench.local_group import run_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "recipes" / "configs" / "gpt-neo" / "tiny.yaml"
@@ -52,18 +53,16 @@ def run_method(name: str, steps: int, eval_batches: int, workdir: Path, nproc: i
 
 
 def torchrun(name: str, overrides: list[str], workdir: Path, nproc: int = 2) -> dict:
-    """One real torchrun of the tiny config with `overrides`; its result.json plus wall time."""
+    """One real run of the tiny config on `nproc` ranks with `overrides` (started as a local
+    workspace starts them: recipes.bench.local_group); its result.json plus wall time. Each run
+    meets in a store of its own, so runs started at once never meet."""
     out = workdir / name
-    # --standalone: the agent binds a free port itself under a fresh run id, so runs started at
-    # once never meet in one rendezvous (a port picked here could be taken twice before binding)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-           "-m", "recipes.train", "--config", str(CONFIG), *overrides, f"out_dir={out}"]
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "HF_TOKEN")}
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=path, WANDB_MODE="disabled",
                HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    proc = run_ranks(["--config", str(CONFIG), *overrides, f"out_dir={out}"], nproc, env, REPO)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed: {worker_error(proc.stderr)}\n"
@@ -72,8 +71,8 @@ def torchrun(name: str, overrides: list[str], workdir: Path, nproc: int = 2) -> 
 
 
 def worker_error(stderr: str) -> str:
-    """What a worker said went wrong, from torchrun's stderr (which ends with the launcher's own
-    summary): the exception line of the rank torchrun names as the root cause ("[rank1]:
+    """What a worker said went wrong, from the ranks' stderr (torchrun's, when a run went through
+    it, ends with the launcher's own summary): the exception line of the rank torchrun names as the root cause ("[rank1]:
     ValueError: ..."), else any rank's, else a one-line error ("config error: ..."), else the last line."""
     launcher = re.compile(r"^[WEI]\d{4} |^\*+$|^Setting OMP_NUM_THREADS")
     root = re.search(r"Root Cause \(first observed failure\):.*?\brank\s*:\s*(\d+)", stderr, re.DOTALL)
