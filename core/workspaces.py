@@ -288,6 +288,11 @@ class WorkspaceService:
         ws = self.get(workspace_id)
         return self.backend(ws.cluster).utilization(workspace_id)
 
+    def utilization_history(self, workspace_id: str) -> dict[str, list[dict]]:
+        """Each worker's recent figures, oldest first (the app's sparklines)."""
+        ws = self.get(workspace_id)
+        return self.backend(ws.cluster).utilization_history(workspace_id)
+
     def what_will_be_lost(self, workspace_id: str) -> str:
         from core.backends import export
 

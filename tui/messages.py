@@ -41,11 +41,13 @@ class WorkspacesLoaded(Message):
 
 @dataclass
 class WorkspaceStatus(Message):
-    """One poll of a workspace: its state and metrics rows so far."""
+    """One poll of a workspace: its state, metrics rows so far and each worker's recent
+    utilization figures (oldest first)."""
 
     workspace: Workspace
     state: WorkspaceState
     metrics: list[dict] = field(default_factory=list)
+    utilization: dict[str, list[dict]] = field(default_factory=dict)
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, WorkspaceStatus)

@@ -94,6 +94,10 @@ class Backend(abc.ABC):
         empty where the backend does not collect them."""
         return {}
 
+    def utilization_history(self, workspace_id: str) -> dict[str, list[dict]]:
+        """Each worker's recent utilization figures, oldest first (bounded), by worker name."""
+        return {}
+
     def result_files(self, workspace_id: str, spec: WorkspaceSpec) -> dict[str, Path]:
         """Name in an export -> file or folder on this machine (config.yaml, logs, checkpoints …);
         empty where results live elsewhere (pods: logs and metrics come through the API)."""

@@ -19,7 +19,7 @@ from tui.log_feed import feed
 from tui.messages import WorkspaceDeleted, WorkspaceStatus
 from tui.widgets.log_view import LogView
 from tui.widgets.loss_chart import LossChart, human_bytes
-
+from tui.widgets.worker_utilization import WorkerUtilization
 
 
 def status_text(ws, state, wandb_line: str = "") -> Text:
@@ -64,6 +64,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
             yield Static("loading…", id="status")
             yield LossChart("loss", id="loss")
             yield LossChart("bytes sent", human_bytes, id="bytes")
+        yield WorkerUtilization(id="utilization")
         yield Input(id="query", classes="hidden")
         yield LogView(max_lines=self.app.log_max_lines, id="log")
         yield Footer()
@@ -85,7 +86,8 @@ class WorkspaceDetailScreen(GeotrainScreen):
         state = service.refresh(workspace)
         self.wandb_line = wandb_runs.summary(service.wandb_run(self.workspace_id), self.workspace_id,
                                              short=True)
-        self.post_message(WorkspaceStatus(workspace, state, service.metrics(self.workspace_id)))
+        self.post_message(WorkspaceStatus(workspace, state, service.metrics(self.workspace_id),
+                                          service.utilization_history(self.workspace_id)))
 
     @on(WorkspaceStatus)
     def _show_status(self, message: WorkspaceStatus) -> None:
@@ -97,6 +99,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         self.query_one("#bytes", LossChart).set_points(
             [(r["step"], r["bytes_sent"]) for r in rows
              if r.get("bytes_sent") is not None and "step" in r])
+        self.query_one(WorkerUtilization).show(message.utilization)
 
     # logs ------------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="logs", name="Reading logs")

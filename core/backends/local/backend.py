@@ -29,7 +29,8 @@ import yaml
 
 from core.state import paths
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
-from core.backends.local.run_history import read_history, read_jsonl, read_phase, read_utilization
+from core.backends.local.run_history import read_history, read_jsonl, read_phase, read_utilization, \
+    read_utilization_history
 from core.errors import BackendError, InvalidInput, NotFound
 from core.domain.line_splitter import LineSplitter
 from core.domain.records import Status, WorkspaceSpec
@@ -284,6 +285,9 @@ class LocalBackend(Backend):
 
     def utilization(self, workspace_id: str) -> dict[str, dict]:
         return read_utilization(self.run_dir(workspace_id))
+
+    def utilization_history(self, workspace_id: str) -> dict[str, list[dict]]:
+        return read_utilization_history(self.run_dir(workspace_id))
 
     # results kept -------------------------------------------------------------
     def checkpoint_root(self, workspace_id: str, spec: WorkspaceSpec) -> Path:

@@ -14,6 +14,7 @@ of it is a `state` record in the history.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import threading
@@ -27,6 +28,7 @@ from core.state.atomic_files import write_atomically
 HISTORY_FILE = "history.jsonl"
 PHASE_FILE = "phase.json"
 UTILIZATION_FILE = "utilization.json"
+UTILIZATION_KEPT = 60  # figures per worker kept for the app's sparklines (one per logging interval)
 
 
 def read_phase(run_dir: Path) -> dict | None:
@@ -39,18 +41,36 @@ def read_phase(run_dir: Path) -> dict | None:
     return phase if isinstance(phase, dict) and phase.get("status") in Status.__members__ else None
 
 
-def read_utilization(run_dir: Path) -> dict[str, dict]:
-    """Each worker's last utilization figures ({worker: figures}), checked again on reading (the file
-    is in the run's directory, which anything running as the user can write)."""
+def _saved_utilization(run_dir: Path) -> dict:
     try:
         saved = json.loads((run_dir / UTILIZATION_FILE).read_text())
     except (FileNotFoundError, ValueError, RecursionError):
         return {}
-    if not isinstance(saved, dict):
-        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def read_utilization(run_dir: Path) -> dict[str, dict]:
+    """Each worker's last utilization figures ({worker: figures}), checked again on reading (the file
+    is in the run's directory, which anything running as the user can write)."""
+    saved = _saved_utilization(run_dir)
     figures = {name: utilization({**event, "kind": "utilization"}) for name, event in saved.items()
                if isinstance(name, str) and name.startswith("worker-") and isinstance(event, dict)}
     return {name: f for name, f in figures.items() if f is not None}
+
+
+def read_utilization_history(run_dir: Path) -> dict[str, list[dict]]:
+    """Each worker's recent figures, oldest first (at most UTILIZATION_KEPT), each checked as
+    read_utilization checks the last; a sample that fails the check is left out."""
+    saved = _saved_utilization(run_dir)
+    kept = {}
+    for name, event in saved.items():
+        recent = event.get("recent") if isinstance(event, dict) else None
+        if not (isinstance(name, str) and name.startswith("worker-") and isinstance(recent, list)):
+            continue
+        samples = [utilization({**s, "kind": "utilization"}) for s in recent[-UTILIZATION_KEPT:]
+                   if isinstance(s, dict)]
+        kept[name] = [s for s in samples if s is not None]
+    return kept
 
 
 def read_history(run_dir: Path) -> list[dict]:
@@ -90,6 +110,7 @@ class RunHistory:
         self.pending: dict[str, dict] = {}  # worker -> open recovery, waiting for training again
         self.utilization_path = run_dir / UTILIZATION_FILE
         self.utilization: dict[str, dict] = {}  # worker -> its last utilization figures
+        self.recent: dict[str, collections.deque] = {}  # worker -> its last UTILIZATION_KEPT figures
 
     def add(self, kind: str, **detail) -> dict:
         record = {"at": time.time(), "kind": kind, **detail}
@@ -141,7 +162,9 @@ class RunHistory:
         if figures is None:
             return
         with self.phase_lock:
-            self.utilization[worker] = {**figures, "at": time.time()}
+            recent = self.recent.setdefault(worker, collections.deque(maxlen=UTILIZATION_KEPT))
+            recent.append(figures)
+            self.utilization[worker] = {**figures, "at": time.time(), "recent": list(recent)}
             write_atomically(self.utilization_path, json.dumps(self.utilization))
 
     def _follow_phase(self, worker: str, text: str, restart: bool = False) -> None:
