@@ -7,7 +7,8 @@ too old containerd is replaced by the pinned static release for the node's archi
 
 SystemdCgroup follows the init system (the systemd cgroup driver needs systemd as
 PID 1); the CNI paths point at the plugins k3s unpacks, so k3s can use this containerd
-through --container-runtime-endpoint. NVIDIA nodes get the nvidia runtime as default.
+through --container-runtime-endpoint. NVIDIA nodes get the nvidia runtime as default; GPU
+devices are owned by the pod's user (DEVICE_OWNERSHIP).
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ WantedBy=multi-user.target
 """
 ANSWERS = f"test -S {SOCKET} && ctr --address {SOCKET} --timeout 2s version >/dev/null 2>&1"
 RUNTIMES = 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
+# A device a plugin hands a pod (AMD's /dev/kfd, /dev/dri/renderD*) keeps the host's owner and
+# group unless this is set; then it is owned by the container's runAsUser/runAsGroup, which the
+# non-root trainer can open whatever gid the host's render group has. Upstream: containerd
+# pkg/cri/opts/spec_linux_opts.go WithDevices (enableDeviceOwnershipFromSecurityContext), the CRI
+# plugin's option in docs/cri/config.md, and kubernetes.io/blog/2021/11/09/non-root-containers-and-devices/.
+DEVICE_OWNERSHIP = ("  # devices owned by the pod's runAsUser/runAsGroup (non-root GPU pods)",
+                    "  device_ownership_from_security_context = true")
 
 
 def render_config(systemd_cgroup: bool, nvidia: bool) -> str:
@@ -72,6 +80,7 @@ def render_config(systemd_cgroup: bool, nvidia: bool) -> str:
         "",
         '[plugins."io.containerd.grpc.v1.cri"]',
         '  sandbox_image = "rancher/mirrored-pause:3.6"',
+        *DEVICE_OWNERSHIP,
         '[plugins."io.containerd.grpc.v1.cri".containerd]',
         f'  default_runtime_name = "{"nvidia" if nvidia else "runc"}"',
         f"[{RUNTIMES}.runc]",

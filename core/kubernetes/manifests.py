@@ -23,6 +23,7 @@ from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_c
 from core.kubernetes.network_policy import ELASTIC_STORE_PORT, render_network_policy
 from core.kubernetes import recipes_delivery as delivery
 from core.domain.images import ImageChoice, custom_image, image_for
+from core.domain.architectures import ARCH_LABEL
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 # The image per node: core.domain.images (upstream PyTorch + recipes delivered by geotrain,
@@ -41,8 +42,8 @@ CONFIG_DIR = "/etc/geotrain"
 WORK_DIR = "/workspace"  # an emptyDir: checkpoints outlive a container restart, so torchrun resumes
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 POD_UID = 1000  # recipes/Dockerfile's `trainer`; on the upstream images a uid of its own (recipes_delivery)
-# Host groups owning /dev/kfd and /dev/dri on Ubuntu/Debian (video 44, render 109 on 22.04+);
-# a cluster whose nodes differ sets `amd_device_gids` in its config.
+# AMD pods' groups: the nodes' video/render gids (facts), the cluster's `amd_device_gids`, or Ubuntu's; geotrain's
+# own clusters need none (their containerd gives devices the pod's gid: core.bootstrap.containerd.DEVICE_OWNERSHIP).
 AMD_DEVICE_GIDS = (44, 109)
 WORKSPACE_LABEL = "geotrain.io/workspace"
 WORKSPACE_ANNOTATION = "geotrain.io/workspace-id"
@@ -212,20 +213,20 @@ def _harden_pod(pod_spec: dict[str, Any], cluster: Cluster, group: NodeGroup) ->
     context = pod_spec.setdefault("securityContext", {})
     context.update(runAsNonRoot=True, seccompProfile={"type": "RuntimeDefault"})
     if group.vendor == "amd":
-        gids = cluster.config.get("amd_device_gids") or AMD_DEVICE_GIDS
+        gids = group.device_gids or cluster.config.get("amd_device_gids") or AMD_DEVICE_GIDS
         context["supplementalGroups"] = sorted({*context.get("supplementalGroups", []), *map(int, gids)})
 
 
 def _affinity(workspace_id: str, group: NodeGroup) -> dict[str, Any]:
-    """One worker per node (anti-affinity), and only on the nodes of its group."""
+    """One worker per node (anti-affinity), and only on the nodes of its group, of its architecture."""
     affinity: dict[str, Any] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
         "labelSelector": {"matchLabels": {WORKSPACE_LABEL: label_value(workspace_id)}},
         "topologyKey": "kubernetes.io/hostname"}]}}
     if group.hostnames:
         affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [{
-                "key": "kubernetes.io/hostname", "operator": "In",
-                "values": list(group.hostnames)}]}]}}
+                "key": "kubernetes.io/hostname", "operator": "In", "values": list(group.hostnames)},
+                {"key": ARCH_LABEL, "operator": "In", "values": [group.arch]}]}]}}
     return affinity
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from core.domain.architectures import RELEASE_ARCH  # noqa: F401 (the wizard downloads by it)
 from core.nodes.facts import listening
 
-# `uname -m` -> the release architecture of k3s, containerd and images (the wizard downloads by it)
-RELEASE_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 WIREGUARD_PORT = 51820
 WIREGUARD_INTERFACE = "wg-geotrain"
 # Daemons that may already hold our ports on a node geotrain has set up before.

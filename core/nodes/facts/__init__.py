@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from core.nodes.facts import (addresses, containerd, cpu, disk, docker, gpus, init, k3s,
-                              listening, memory, public_ip, sudo, system, wireguard)
+from core.nodes.facts import (addresses, containerd, cpu, device_groups, disk, docker, gpus, init,
+                              k3s, listening, memory, public_ip, sudo, system, wireguard)
 
 MARKER = "@@geotrain-fact:"
 
@@ -26,6 +26,7 @@ FAMILIES: dict[str, tuple[str, Callable[[str], object]]] = {
     "disk": (disk.COMMAND, disk.parse),
     "nvidia": (gpus.NVIDIA_COMMAND, gpus.parse_nvidia),
     "rocm": (gpus.ROCM_COMMAND, gpus.parse_rocm),
+    "device_groups": (device_groups.COMMAND, device_groups.parse),
     "docker": (docker.COMMAND, docker.parse),
     "containerd": (containerd.COMMAND, containerd.parse),
     "wireguard": (wireguard.COMMAND, wireguard.parse),
