@@ -7,7 +7,8 @@ from rich.text import Text
 from core.domain import describe
 from core.domain.terminal_text import printable
 
-STATUS_STYLE = {"PENDING": "yellow", "PULLING": "yellow", "PREPARING_DATA": "yellow",
+STATUS_STYLE = {"PENDING": "yellow", "PULLING": "yellow", "INSTALLING_DEPS": "yellow",
+                "PREPARING_DATA": "yellow",
                 "RENDEZVOUS": "yellow", "RUNNING": "bold cyan", "COMPLETED": "green",
                 "FAILED": "bold red", "DELETED": "dim", "READY": "green", "AVAILABLE": "green",
                 "UNREACHABLE": "bold red", "BLOCKED": "yellow", "IN_CLUSTER": "cyan"}

@@ -33,7 +33,7 @@ from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, failure,
+from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, failure, init_log_wanted,
                                         first_failures, master_exit_code, pod_phase, unschedulable_message,
                                         worker_detail)
 from core.domain.run_events import combine, one_line
@@ -283,7 +283,9 @@ class KubernetesBackend(Backend):
             lines = None
             if running and seen not in self._training:
                 lines = self._log_tail(name)
-            status, detail = pod_phase(pod, events.get(name, []), lines, now)
+            wanted = init_log_wanted(pod)
+            init_lines = self._log_tail(name, *wanted) if wanted else None
+            status, detail = pod_phase(pod, events.get(name, []), lines, now, init_lines)
             if running and seen in self._training:
                 status = Status.RUNNING.value
             if status == Status.RUNNING.value:
@@ -304,10 +306,10 @@ class KubernetesBackend(Backend):
             return []
         return read_json(response).get("items", [])
 
-    def _log_tail(self, pod_name: str) -> list[str] | None:
+    def _log_tail(self, pod_name: str, container: str = CONTAINER, previous: bool = False) -> list[str] | None:
         try:
             response = client.CoreV1Api(self.api).read_namespaced_pod_log(
-                pod_name, self.namespace, container=CONTAINER, tail_lines=PHASE_TAIL_LINES,
+                pod_name, self.namespace, container=container, previous=previous, tail_lines=PHASE_TAIL_LINES,
                 limit_bytes=PHASE_TAIL_BYTES, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, *NETWORK_ERRORS):
             return None

@@ -20,6 +20,7 @@ class Status(str, enum.Enum):
 
     PENDING = "PENDING"
     PULLING = "PULLING"  # a node is pulling the container image
+    INSTALLING_DEPS = "INSTALLING_DEPS"  # a pod's init step installs the recipes' dependencies
     PREPARING_DATA = "PREPARING_DATA"  # downloading or tokenising the dataset
     RENDEZVOUS = "RENDEZVOUS"  # started, waiting for the other workers
     RUNNING = "RUNNING"  # training steps flowing

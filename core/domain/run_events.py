@@ -231,7 +231,7 @@ FAILED_NAMED = 3  # failed workers named in the workspace's reason (each one's r
 
 def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str]) -> tuple[str, str]:
     """The workspace's status and reason from its workers' phases (missing ones are PENDING).
-    Before training, the slowest phase shows (PULLING, then PREPARING_DATA), except that a late
+    Before training, the slowest phase shows (PULLING, INSTALLING_DEPS, then PREPARING_DATA), except that a late
     worker's data preparation does not take back a workspace where a worker has joined with its
     data ready; once a worker trains, the workspace is RUNNING and the others are named. A
     failed worker is named as failed, with why, and never counted among those still to come
@@ -250,8 +250,8 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
         return "; ".join(f"{name}: {got[name][1]}" if got[name][1] else name for name in by_status[status.value])
 
     def named(names: list[str]) -> str:  # a laggard pulling or preparing its data says how far it is
-        return ", ".join(f"{name} ({got[name][1]})" if got[name][0] in (Status.PULLING.value, Status.PREPARING_DATA.value,
-                                                                          Status.FAILED.value)
+        return ", ".join(f"{name} ({got[name][1]})" if got[name][0] in (Status.PULLING.value, Status.INSTALLING_DEPS.value,
+                                                                          Status.PREPARING_DATA.value, Status.FAILED.value)
                          and got[name][1] else name for name in sorted(names, key=natural_key))
 
     failed = by_status.get(Status.FAILED.value, [])
@@ -266,6 +266,8 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
     present = by_status.get(Status.RENDEZVOUS.value, [])
     if Status.PULLING.value in by_status and not running:
         return said(Status.PULLING.value, listed(Status.PULLING))
+    if Status.INSTALLING_DEPS.value in by_status and not running:
+        return said(Status.INSTALLING_DEPS.value, listed(Status.INSTALLING_DEPS))
     # A worker that joined with its data ready (elastic: data first, then the group) keeps the
     # workspace in RENDEZVOUS while a late one prepares its data; it is named among those awaited.
     # Under torchrun workers join first and prepare data after, so there PREPARING_DATA shows.

@@ -6,6 +6,13 @@ JSON, so the rules are tested without a cluster.
 Kubelet reports an image pull as events on the pod: `Pulling` ("Pulling image "x"") when
 it starts, `Pulled` when done, `Failed`/`BackOff` when it cannot; the container meanwhile
 waits with reason ContainerCreating, then ErrImagePull / ImagePullBackOff when stuck.
+
+Before the trainer starts, kubelet runs the pod's init containers one after another and
+reports each in `status.initContainerStatuses` (the trainer waits as PodInitializing, the pod
+stays Pending); one that exits non-zero is run again with a back-off under restartPolicy
+OnFailure (waiting: CrashLoopBackOff, lastState: terminated). Kubernetes docs, "Init
+Containers" (https://kubernetes.io/docs/concepts/workloads/pods/init-containers/) and "Debug
+Init Containers" (https://kubernetes.io/docs/tasks/debug/debug-application/debug-init-containers/).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ JOB_PHASES = {  # a Volcano Job's status.state.phase
 }
 _LIFECYCLE = {"Pulling": 0, "Pulled": 2}
 PULL_HINT = "check the image name (--image) and that the node can reach its registry"
+INIT_STEPS = {"install-deps": "installing dependencies", "cache-owner": "preparing the node's cache directories"}
+INIT_TAIL_LINES = 5  # of a failing init step's output, on its worker's row
 
 
 def events_by_pod(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -63,6 +72,8 @@ def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) ->
     """(PULLING, detail) while the pod's node pulls its image or is stuck at it; else None."""
     node = (pod.get("spec") or {}).get("nodeName") or "its node"
     waiting = (container_status(pod).get("state") or {}).get("waiting") or {}
+    waiting = next((w for w in (((s.get("state") or {}).get("waiting") or {}) for s in init_statuses(pod))
+                    if w.get("reason") in PULL_STUCK), waiting)  # an init step's image, the same image
     reason = waiting.get("reason") or ""
     if reason in PULL_STUCK:
         message = waiting.get("message") or next(
@@ -80,12 +91,70 @@ def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) ->
     return Status.PULLING.value, one_line(f"pulling {image[:MAX_DETAIL]} on {node}{took}")
 
 
+def init_statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return (pod.get("status") or {}).get("initContainerStatuses") or []
+
+
+def _init_failed(status: dict[str, Any]) -> dict[str, Any]:
+    """The terminated state of an init container's last run when that run failed, else {}."""
+    state = status.get("state") or {}
+    if "running" in state:
+        return {}
+    terminated = state.get("terminated") or (status.get("lastState") or {}).get("terminated") or {}
+    return terminated if terminated.get("exitCode") not in (None, 0) else {}
+
+
+def current_init(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The init container the pod is at (the first whose run has not ended with exit code 0),
+    or None when there are none or all are done."""
+    for status in init_statuses(pod):
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode") != 0:
+            return status
+    return None
+
+
+def init_log_wanted(pod: dict[str, Any]) -> tuple[str, bool] | None:
+    """(container, previous) of a failed init step whose output must be read from its log: kubelet
+    keeps none in the termination message (an older manifest without FallbackToLogsOnError)."""
+    status = current_init(pod)
+    if status is None or not _init_failed(status) or _init_failed(status).get("message"):
+        return None
+    return status.get("name", ""), "terminated" not in (status.get("state") or {})
+
+
+def init_phase(pod: dict[str, Any], log_lines: list[str] | None = None) -> tuple[str, str] | None:
+    """(INSTALLING_DEPS, detail) while an init step runs or fails, with the failing step's last
+    lines (its termination message, which FallbackToLogsOnError fills from the log's tail, or
+    `log_lines`); None once the init steps are done or when the pod has none."""
+    status = current_init(pod)
+    if status is None or (pod.get("status") or {}).get("phase") not in (None, "Pending", "Failed"):
+        return None
+    name = str(status.get("name") or "init")
+    node = (pod.get("spec") or {}).get("nodeName") or "its node"
+    statuses = init_statuses(pod)
+    step = f"{INIT_STEPS.get(name, name)} on {node} (init {statuses.index(status) + 1}/{len(statuses)})"
+    failed = _init_failed(status)
+    if not failed:
+        return Status.INSTALLING_DEPS.value, one_line(step)
+    restarts = int(status.get("restartCount") or 0)
+    lines = (failed.get("message") or "").splitlines() or list(log_lines or [])
+    tail = " | ".join(one_line(line).strip() for line in lines[-INIT_TAIL_LINES:] if line.strip())
+    how = _stopped({key: value for key, value in failed.items() if key != "message"})
+    said = f"{name} failed ({how}{f'; restarts: {restarts}' if restarts else ''}) — {step}"
+    return Status.INSTALLING_DEPS.value, one_line(f"{said}: {tail[-MAX_DETAIL:]}" if tail else said)
+
+
 def pod_phase(pod: dict[str, Any], events: list[dict[str, Any]], log_lines: list[str] | None,
-              now: float) -> tuple[str, str]:
-    """One pod's (status, detail): PULLING, PREPARING_DATA, RENDEZVOUS, RUNNING, or its phase."""
+              now: float, init_lines: list[str] | None = None) -> tuple[str, str]:
+    """One pod's (status, detail): PULLING, INSTALLING_DEPS, PREPARING_DATA, RENDEZVOUS, RUNNING,
+    or its phase. `init_lines`: the tail of a failed init step's log (init_log_wanted)."""
     pulling = pull_phase(pod, events, now)
     if pulling is not None:
         return pulling
+    installing = init_phase(pod, init_lines)
+    if installing is not None and (pod.get("status") or {}).get("phase") != "Failed":
+        return installing
     phase = POD_PHASES.get((pod.get("status") or {}).get("phase", "Pending"), Status.PENDING)
     if phase is Status.FAILED:  # a pod a job restart stops is not the failure: the job's phase says it
         return (Status.PENDING.value, "stopped by a job restart") if being_deleted(pod) else (phase.value, failure(pod))
@@ -116,6 +185,9 @@ def failure(pod: dict[str, Any]) -> str:
     own = ": ".join(part for part in (status.get("reason"), status.get("message")) if part)
     terminated = (container_status(pod).get("state") or {}).get("terminated") or {}
     container = _stopped(terminated, "" if own else "Failed")
+    init = current_init(pod)
+    if not terminated and init is not None and _init_failed(init):  # the trainer never started
+        container = f"init step {init.get('name')}: {_stopped(_init_failed(init))}"
     text = f"{own} ({container})" if own and container else own or container or "Failed"
     return one_line(text)[:MAX_DETAIL]
 

@@ -281,6 +281,10 @@ def add_delivery(pod: dict[str, Any], container: dict[str, Any], image: str, del
     pod.setdefault("initContainers", []).append({
         "name": "install-deps", "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", FIND_PYTHON + INSTALL_DEPS],
+        # a failed install's last lines reach initContainerStatuses (pod_phases.init_phase) even
+        # where the API's log endpoint is not allowed: Kubernetes docs, "Determine the Reason for
+        # Pod Failure", Customizing the termination message (the log's tail, 2048 bytes / 80 lines)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": [*install_env, {"name": "HOME", "value": "/tmp"}],
         "volumeMounts": [{"name": "pydeps", "mountPath": DEPS_MOUNT},
                          {"name": "recipes-src", "mountPath": SOURCE_DIR, "readOnly": True}],  # the lock
@@ -306,7 +310,7 @@ def _owner(pod: dict[str, Any], image: str, owned: list[str]) -> None:
                          for d in owned)
     pod.setdefault("initContainers", []).append({
         "name": "cache-owner", "image": image, "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", script],
+        "command": ["/bin/sh", "-c", script], "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": names[d], "mountPath": d} for d in owned],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,

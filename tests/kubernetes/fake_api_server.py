@@ -59,6 +59,7 @@ class FakeKubeAPI:
         self.namespaces: dict[str, dict[str, str]] = {"default": {}}  # name -> labels
         self.forbidden: set[tuple[str, str]] = set()  # (HTTP method, resource)
         self.requests: list[tuple[str, str, dict]] = []
+        self.init_logs: dict[tuple[str, str, int], bytes] = {}  # (pod, init container, run) -> output
         self.exec_output: dict[str, Iterable[bytes]] = {}  # pod -> the stdout chunks its exec writes
         self.execs: list[tuple[str, dict[str, list[str]]]] = []  # (pod, query) of each exec
         self.exec_sent: dict[str, int] = {}  # pod -> stdout bytes sent before the stream ended
@@ -142,6 +143,43 @@ class FakeKubeAPI:
                 "metadata": {"name": name, "namespace": ns}, "reason": reason, "message": message,
                 "type": kind, "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns},
                 "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+
+    def init_pod(self, name: str, node: str, containers: tuple[str, ...] = ("cache-owner", "install-deps"),
+                 ns: str = "default") -> None:
+        """The pod is on `node` with init containers to run: each waits (PodInitializing), and so
+        does the trainer, the pod Pending (kubelet's initContainerStatuses)."""
+        with self.cond:
+            pod = self._pod(name, ns)
+            pod.setdefault("spec", {})["nodeName"] = node
+            pod["status"].pop("conditions", None)
+            pod["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "PodInitializing"}}
+            pod["status"]["initContainerStatuses"] = [
+                {"name": c, "restartCount": 0, "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}
+                for c in containers]
+
+    def _init(self, name: str, container: str, ns: str) -> dict:
+        return next(s for s in self._pod(name, ns)["status"]["initContainerStatuses"] if s["name"] == container)
+
+    def run_init(self, name: str, container: str, ns: str = "default") -> None:
+        with self.cond:
+            self._init(name, container, ns)["state"] = {"running": {"startedAt": rfc3339nano(time.time_ns())}}
+
+    def end_init(self, name: str, container: str, exit_code: int, output: bytes = b"", message: str = "",
+                 ns: str = "default") -> None:
+        """The init container exits: done (0), or failed and kept for another run after a back-off
+        (restartPolicy OnFailure: waiting CrashLoopBackOff, the failed run in lastState, the
+        restart counted). `message`: what FallbackToLogsOnError put in the termination message."""
+        with self.cond:
+            status = self._init(name, container, ns)
+            self.init_logs[(name, container, status["restartCount"])] = output
+            terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                          **({"message": message} if message else {})}
+            if exit_code == 0:
+                status.update(state={"terminated": terminated}, ready=True)
+            else:
+                status.update(state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting "
+                                                  f"failed container={container}"}},
+                              lastState={"terminated": terminated}, restartCount=status["restartCount"] + 1)
 
     def _pod(self, name: str, ns: str) -> dict:
         return self.objects[("pods", ns, name)]
@@ -415,6 +453,14 @@ class _Handler(BaseHTTPRequestHandler):
             if pod is None:
                 return self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
             status = pod["status"]["containerStatuses"][0]
+            init = {s["name"]: s for s in pod["status"].get("initContainerStatuses") or []}
+            if query.get("container") in init:  # a tail of an init container's output
+                run = init[query["container"]]["restartCount"] - (1 if query.get("previous") == "true" else 0)
+                output = fake.init_logs.get((name, query["container"], run))
+                if output is None:
+                    return self._send(400, _status(400, "BadRequest", "previous terminated container "
+                                                   f'"{query["container"]}" in pod "{name}" not found'))
+                return self._send(200, b"".join(output.splitlines(keepends=True)[-int(query.get("tailLines") or 0):]))
             restarts = status["restartCount"] - (1 if query.get("previous") == "true" else 0)
             buffer = fake.logs.get((name, pod["metadata"]["uid"], restarts))
         if buffer is None:

@@ -279,6 +279,9 @@ def test_the_pods_install_the_shipped_lock_with_hashes():
         (install,) = [c for c in pod["initContainers"] if c["name"] == "install-deps"]
         env = {e["name"]: e["value"] for e in install["env"]}
         assert env["GEOTRAIN_REQUIREMENTS"] == f"{delivery.SOURCE_DIR}/{delivery.LOCK_FILE}"
+        # a failed install's tail reaches initContainerStatuses (Kubernetes docs, "Determine the
+        # Reason for Pod Failure": FallbackToLogsOnError; read by pod_phases.init_phase)
+        assert install["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert {"name": "recipes-src", "mountPath": delivery.SOURCE_DIR, "readOnly": True} in install["volumeMounts"]
         assert '"--require-hashes", "-r", pins' in install["command"][2]
 
