@@ -16,16 +16,19 @@ from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import DeployContext, NodeTarget, ProgressEvent
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.domain.architectures import node_arch
 from core.domain.images import image_for, qualified, vendor_of_facts
+from core.errors import InvalidInput
 
 PULL_TIMEOUT_S = 3600  # a multi-GB image over a slow WAN link
 CTR = f"ctr --address {SOCKET} -n k8s.io"
 
 
 def node_image(ctx: DeployContext, target: NodeTarget) -> str:
-    """The fully qualified image `target` runs (its vendor from the facts; the cluster's own
-    image where it has one)."""
-    return qualified(image_for(vendor_of_facts(target.facts), ctx.plan.image).image)
+    """The fully qualified image `target` runs (its vendor and architecture from the facts; the
+    cluster's own image where it has one). InvalidInput: no default image for this node."""
+    facts = target.facts
+    return qualified(image_for(vendor_of_facts(facts), ctx.plan.image, node_arch(facts)).image)
 
 
 def present_command(ref: str) -> str:
@@ -38,11 +41,10 @@ def pull_command(ref: str) -> str:
 
 def _pull(ctx: DeployContext, target: NodeTarget) -> str:
     target.gather_facts()
-    arch = (target.facts.get("system") or {}).get("arch")
-    if not ctx.plan.image and arch not in (None, "x86_64", "amd64"):
-        return (f"skipped: the upstream PyTorch images are built for amd64, and {target.name} is "
-                f"{arch}: deploy workspaces with --image (an {arch} build of your own)")
-    ref = node_image(ctx, target)
+    try:
+        ref = node_image(ctx, target)
+    except InvalidInput as exc:  # e.g. AMD on arm64: workspaces there need --image
+        return f"skipped: {exc.message}: deploy workspaces with --image"
     if target.session.fact(present_command(ref)).ok:
         return f"{ref} present"
     ctx.emit(ProgressEvent(target.name, STEP_NAME, 0.1, f"pulling {ref} (several GB: minutes)"))

@@ -16,8 +16,8 @@ from core.domain.wandb_server import SERVER_ENV, plain_server
 from core.kubernetes.names import job_name, label_value, validate_image
 from core.domain.records import Cluster, WorkspaceSpec
 from core.state.secret_store import TOKEN_ENV
-from core.kubernetes.datacenter_tasks import datacenter_tasks, uses_datacenters
-from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, allocate, dist_backend
+from core.kubernetes.datacenter_tasks import asked_datacenters, datacenter_tasks, place, uses_datacenters
+from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, dist_backend
 from core.kubernetes.pod_resources import memory_resources, shm_volume
 from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_claim
 from core.kubernetes.network_policy import ELASTIC_STORE_PORT, render_network_policy
@@ -299,15 +299,15 @@ def _node_tasks(placed: list[tuple[NodeGroup, int]], template) -> list[dict[str,
     return tasks
 
 
-def group_image(spec: WorkspaceSpec, cluster: Cluster, vendor: str) -> ImageChoice:
-    """The image of one node group (core.domain.images), a custom one validated."""
+def group_image(spec: WorkspaceSpec, cluster: Cluster, group: NodeGroup) -> ImageChoice:
+    """The image of one node group, for its vendor and architecture (core.domain.images), a custom one validated."""
     custom = custom_image(spec.image, cluster.config)
-    return image_for(vendor, validate_image(custom) if custom else None)
+    return image_for(group.vendor, validate_image(custom) if custom else None, group.arch)
 
 
 def _source(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster, placed, namespace: str):
     """The recipes ConfigMaps and their volume when a group runs the upstream image, else ([], None)."""
-    if not any(group_image(spec, cluster, g.vendor).delivered for g, _ in placed):
+    if not any(group_image(spec, cluster, g).delivered for g, _ in placed):
         return [], None
     files = delivery.recipes_files()
     maps = delivery.render_source_maps(job_name(workspace_id), _metadata(workspace_id, "", namespace), files)
@@ -322,14 +322,15 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     """The Volcano Job: a master task and one worker task per node group, gang-scheduled.
     `source`: the recipes volume (render_manifests passes the one of its ConfigMaps);
     `settings`: plain env values for the trainer (checked by the caller; never a secret)."""
-    placed = allocate(groups, spec.workers, cluster.name)
+    placed = place(groups, spec.workers, cluster.name, asked_datacenters(spec.config))
     if source is None:
         source = _source(workspace_id, spec, cluster, placed, namespace)[1]
     job, backend, keys = job_name(workspace_id), dist_backend(placed), list(secret_keys)
     template = lambda group, is_host: _pod_template(  # noqa: E731
-        workspace_id, job, group_image(spec, cluster, group.vendor), cluster, group, spec.workers,
+        workspace_id, job, group_image(spec, cluster, group), cluster, group, spec.workers,
         backend, is_host, keys, spec, source, dict(settings or {}))
-    tasks = datacenter_tasks(placed, template) if uses_datacenters(placed) else _node_tasks(placed, template)
+    tasks = (datacenter_tasks(placed, template, asked_datacenters(spec.config)) if uses_datacenters(placed)
+             else _node_tasks(placed, template))
     return add_recovery({
         "apiVersion": API_VERSION, "kind": "Job",
         "metadata": _metadata(workspace_id, job, namespace),
@@ -352,7 +353,7 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     """ConfigMap, the recipes ConfigMaps (upstream image), Secret (when there are tokens), the
     checkpoint claim (when the workspace has its own), NetworkPolicy and Job, in the order they are created.
     `settings`: plain env values for the trainer (render_volcano_job)."""
-    placed = allocate(groups, spec.workers, cluster.name)
+    placed = place(groups, spec.workers, cluster.name, asked_datacenters(spec.config))
     maps, source = _source(workspace_id, spec, cluster, placed, namespace)
     job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens, source, settings)
     backend = dist_backend(placed)
