@@ -17,7 +17,7 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from core.bootstrap import checksums, failures, packages, services, versions
+from core.bootstrap import checksums, failures, nvidia_devices, packages, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
@@ -206,7 +206,8 @@ def _configure(ctx: DeployContext, target: NodeTarget) -> str:
                               f" cp -n {CONFIG_PATH} {BACKUP_PATH}", what="backing up the config")
     changed = target.session.ensure_file(CONFIG_PATH, text, mode=0o644, current=current)
     target.facts["containerd_config_changed"] = changed
-    return "config written" if changed else "config up to date"
+    links = nvidia_devices.keep_devices_across_reload(target) if "nvidia" in gpus.vendors(facts) else None
+    return ("config written" if changed else "config up to date") + (f", {links}" if links else "")
 
 
 def _run(ctx: DeployContext, target: NodeTarget) -> str:

@@ -148,7 +148,9 @@ def _daemonset(name: str, image: str, vendor: str, container: dict,
 def nvidia_plugin() -> dict:
     """NVIDIA/k8s-device-plugin deployments/static/nvidia-device-plugin.yml at the pinned tag."""
     return _daemonset("nvidia-device-plugin-daemonset", versions.NVIDIA_PLUGIN_IMAGE, "nvidia", {
-        "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+        # PASS_DEVICE_SPECS: the device nodes go to the kubelet too, so a systemd daemon-reload
+        # keeps them in the pod's cgroup (nvidia-container-toolkit #48; core.bootstrap.nvidia_devices)
+        "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}, {"name": "PASS_DEVICE_SPECS", "value": "true"}],
         "securityContext": {"allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [{"name": "device-plugin",
