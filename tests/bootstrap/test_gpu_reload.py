@@ -16,32 +16,17 @@ import shlex
 import yaml
 
 from core.bootstrap import containerd, nvidia_devices, volcano
-from core.bootstrap.deploy import build_plan, deploy
 from core.bootstrap.plan import NodeSpec, NodeTarget
 from core.bootstrap.session import CommandLog, NodeSession
-from core.domain.records import Node
-from core.state.node_records import add_nodes
-from core.state.store import Store
+from tests.bootstrap.test_upstream_rules import _dry_run, _node
 
 # The rule exactly as the notice gives it (its "Workarounds", the udev rule line).
 UPSTREAM_RULE = ('ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", '
                  'RUN+="/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all"')
 
 
-def _node(name, host, gpus=()):
-    return Node(name=name, host=host, username="root",
-                facts={"system": {"arch": "x86_64"}, "gpus": [{"vendor": g, "name": g} for g in gpus]})
-
-
-def _dry_run(nodes, only):
-    store = Store()
-    add_nodes(store, nodes)
-    plan = build_plan(store, "up", [n.name for n in nodes], subnet="10.77.0.0/24")
-    return deploy(plan, only=only, dry_run=True, store=store)
-
-
 def test_nvidia_nodes_get_the_dev_char_links_now_and_at_every_driver_load(geotrain_home):
-    nodes = [_node("gpu0", "198.51.100.10", ["nvidia"]), _node("gpu1", "198.51.100.11", ["amd"])]
+    nodes = [_node("gpu0", "198.51.100.10", gpus=["nvidia"]), _node("gpu1", "198.51.100.11", gpus=["amd"])]
     result = _dry_run(nodes, only=["containerd"])
     log = {n.name: result.command_log.for_node(n.name) for n in nodes}
     rule = [r for r in log["gpu0"] if r.kind == "put" and nvidia_devices.UDEV_RULE_PATH in r.command]
@@ -66,7 +51,7 @@ def test_a_node_without_systemd_has_no_reload_to_survive():
 
 
 def test_the_device_plugin_passes_device_specs_to_the_kubelet(geotrain_home):
-    result = _dry_run([_node("gpu0", "198.51.100.10", ["nvidia"])], only=["volcano"])
+    result = _dry_run([_node("gpu0", "198.51.100.10", gpus=["nvidia"])], only=["volcano"])
     puts = {r.command.split()[1]: r.content for r in result.command_log.for_node("gpu0") if r.kind == "put"}
     plugin = yaml.safe_load(puts[f"{volcano.REMOTE_DIR}/nvidia-device-plugin-daemonset.yaml"])
     env = {e["name"]: e["value"] for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]}
