@@ -18,6 +18,10 @@ GEOTRAIN_DC_COUNT is what turns the recipe's hierarchical DiLoCo on, and that ne
 number of worker processes in every datacenter (recipes/topology.py refuses the run
 otherwise): where the datacenters differ, it is left out and the job trains flat, its pods
 still told their datacenter, rank and size there.
+
+A config that says `datacenters: K` (--datacenters K) is what the placement follows: K > 1
+places workers/K workers in each of K datacenters (or refuses in one line), and an explicit
+1 trains flat wherever the workers land. Without it, the placement decides as above.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any, Callable
 from core.domain.datacenters import (DATACENTER_ENV, DC_COUNT_ENV, DC_INDEX_ENV, DC_RANK_ENV,
                                      DC_SIZE_ENV, ZONE_LABEL)
 from core.errors import InvalidInput
-from core.kubernetes.node_groups import NodeGroup
+from core.kubernetes.node_groups import NodeGroup, allocate
 
 Placed = list[tuple[NodeGroup, int]]
 Template = Callable[[NodeGroup, bool], dict[str, Any]]
@@ -64,6 +68,44 @@ def uses_datacenters(placed: Placed) -> bool:
             f"give every node a datacenter (Kubernetes label {ZONE_LABEL}, or the node's "
             "datacenter in the pool), or none")
     return bool(named)
+
+
+def asked_datacenters(config: dict[str, Any]) -> int | None:
+    """The config's `datacenters` when it was set (core.workspaces keeps it only then)."""
+    asked = config.get("datacenters")
+    return asked if isinstance(asked, int) and not isinstance(asked, bool) else None
+
+
+def place(groups: list[NodeGroup], workers: int, cluster_name: str, asked: int | None) -> Placed:
+    """Where the workers go: `allocate`'s order, or, when K > 1 datacenters are asked for on
+    nodes that have datacenters, workers/K nodes in each of the first K datacenters (in the
+    groups' order: GPU groups first) that can hold them, with as many processes in each."""
+    if not asked or asked == 1 or not any(g.datacenter for g in groups):
+        return allocate(groups, workers, cluster_name)
+    if workers % asked:
+        raise InvalidInput(f"{workers} workers do not split evenly into {asked} datacenters",
+                           f"use --workers a multiple of {asked}, or another --datacenters")
+    per, by_dc = workers // asked, {}
+    for group in groups:
+        if group.datacenter:
+            by_dc.setdefault(group.datacenter, []).append(group)
+    nodes = {dc: sum(len(g.hostnames) for g in here) for dc, here in by_dc.items()}
+    fit = [dc for dc in by_dc if nodes[dc] >= per][:asked]
+    if len(fit) < asked:
+        have = ", ".join(f"{dc}: {n}" for dc, n in nodes.items())
+        raise InvalidInput(f"--datacenters {asked} with {workers} workers needs {asked} datacenters of {per} "
+                           f"node{'s' if per != 1 else ''} each; cluster {cluster_name!r} has {len(fit)} ({have})",
+                           "use fewer --workers or --datacenters, or label more nodes with their datacenter")
+    order = {id(g): i for i, g in enumerate(groups)}
+    placed = sorted((item for dc in fit for item in allocate(by_dc[dc], per, cluster_name)),
+                    key=lambda item: order[id(item[0])])
+    sizes = {dc: sum(g.slots * n for g, n in placed if g.datacenter == dc) for dc in fit}
+    if len(set(sizes.values())) > 1:
+        said = ", ".join(f"{dc}: {n}" for dc, n in sizes.items())
+        raise InvalidInput(f"--datacenters {asked} would run unequal worker processes per datacenter ({said}); "
+                           "hierarchical DiLoCo needs the same number in each",
+                           "choose --workers so each datacenter gets nodes with the same GPU count, or --datacenters 1")
+    return placed
 
 
 def datacenters(placed: Placed) -> list[str]:
@@ -106,13 +148,15 @@ def _tell_pod(template: dict[str, Any], dc: str, index: int, count: int | None, 
     return template
 
 
-def datacenter_tasks(placed: Placed, template: Template) -> list[dict[str, Any]]:
+def datacenter_tasks(placed: Placed, template: Template, asked: int | None = None) -> list[dict[str, Any]]:
     """The master task (rank 0 of the first placed node's datacenter) and one worker task per
-    datacenter and node kind, replicas = that kind's workers there."""
+    datacenter and node kind, replicas = that kind's workers there. `asked`: the config's
+    datacenters (an explicit 1 trains flat; K > 1 was placed by `place`)."""
     names = datacenters(placed)
     host_group = placed[0][0]
     sizes = {dc: sum(g.slots * n for g, n in placed if g.datacenter == dc) for dc in names}
-    dc_count = len(names) if len(set(sizes.values())) == 1 else None  # None: unequal, train flat
+    equal = len(set(sizes.values())) == 1 and asked != 1
+    dc_count = len(names) if equal else None  # None: unequal or flat asked for, train flat
     tasks: list[dict[str, Any]] = []
     for index, dc in enumerate(names):
         here = [(g, n) for g, n in placed if g.datacenter == dc]

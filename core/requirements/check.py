@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from core.domain.records import WorkspaceSpec
+from core.kubernetes.datacenter_tasks import asked_datacenters
 from core.requirements.hub_access import dataset_access
 from core.requirements.machine import judge
 from core.requirements.needs import dataset_of, needs_for
@@ -20,7 +21,7 @@ from core.state.store import Store
 def check_before_deploy(store: Store, spec: WorkspaceSpec, tokens: dict[str, str | None],
                         refresh: Refresh | None = None) -> Report:
     cluster = get_cluster(store, spec.cluster)
-    used, findings = machines(store, cluster, spec.workers, refresh)
+    used, findings = machines(store, cluster, spec.workers, refresh, asked_datacenters(spec.config))
     local_copy = _local_copy(spec.config) if cluster.kind == "local" else None
     for machine in used:
         findings += judge(machine.name, machine.facts, _needs(spec, machine, local_copy), machine.local)

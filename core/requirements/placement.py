@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from core.domain.records import Cluster, Node
-from core.kubernetes.node_groups import allocate, cluster_groups
+from core.kubernetes.datacenter_tasks import place
+from core.kubernetes.node_groups import cluster_groups
 from core.requirements.local_machine import local_facts
 from core.requirements.report import UNKNOWN, Finding
 from core.state.node_records import list_nodes
@@ -39,7 +40,7 @@ def pool_refresh(store: Store) -> Refresh:
 
 
 def machines(store: Store, cluster: Cluster, workers: int,
-             refresh: Refresh | None = None) -> tuple[list[Machine], list[Finding]]:
+             refresh: Refresh | None = None, datacenters: int | None = None) -> tuple[list[Machine], list[Finding]]:
     if cluster.kind == "local":
         facts = local_facts()
         vendor = "nvidia" if facts["gpus"] else "cpu"
@@ -49,7 +50,7 @@ def machines(store: Store, cluster: Cluster, workers: int,
         groups = cluster_groups(cluster)
     else:
         groups = cluster_groups(cluster, [pool[n] for n in cluster.nodes if n in pool])
-    placed = [(g, host) for g, take in allocate(groups, workers, cluster.name) for host in g.hostnames[:take]]
+    placed = [(g, host) for g, take in place(groups, workers, cluster.name, datacenters) for host in g.hostnames[:take]]
     findings = [Finding(host, "facts", "not in the node pool", "its facts (disk, memory, GPUs)",
                         "import it (`geotrain nodes add`) to have it checked", UNKNOWN)
                 for _, host in placed if host not in pool]
