@@ -4,6 +4,7 @@ it, delete it. The one service behind both the CLI and the app."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from core.domain import limits
 
 from core.domain import metric_rows, recipe_catalog
 from core.backends import backend_for
-from core.backends.base import Backend, LaunchPlan, WorkspaceState
+from core.backends.base import Backend, LaunchPlan, ShellTarget, WorkerProcess, WorkspaceState
 from core.state.cluster_records import get_cluster
 from core.errors import FieldError, GeotrainError, InvalidInput, NotFound
 from core.schema.user_files import read_user_file
@@ -287,6 +288,20 @@ class WorkspaceService:
         """Each worker's last CPU, network-wait and GPU figures, by worker name (empty before any)."""
         ws = self.get(workspace_id)
         return self.backend(ws.cluster).utilization(workspace_id)
+
+    def processes(self, workspace_id: str) -> list[WorkerProcess]:
+        """The workspace's worker processes (local) or pods, with state, restarts and last events."""
+        ws = self.get(workspace_id)
+        return self.backend(ws.cluster).processes(workspace_id)
+
+    def shell(self, workspace_id: str, rank: int = 0) -> ShellTarget:
+        """The user's $SHELL (an absolute path to an executable; else /bin/sh) in worker `rank`'s
+        environment and directory, to run with its env= (never with the tokens in argv)."""
+        ws = self.get(workspace_id)
+        shell = os.environ.get("SHELL", "")
+        if not (os.path.isabs(shell) and os.path.isfile(shell) and os.access(shell, os.X_OK)):
+            shell = "/bin/sh"
+        return self.backend(ws.cluster).shell(workspace_id, rank, shell)
 
     def utilization_history(self, workspace_id: str) -> dict[str, list[dict]]:
         """Each worker's recent figures, oldest first (the app's sparklines)."""

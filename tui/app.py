@@ -104,6 +104,26 @@ class GeotrainApp(App):
         self.switch_mode("workspaces")
         self.push_screen(WorkspaceDetailScreen(workspace_id))
 
+    def open_processes(self, workspace_id: str) -> None:
+        from tui.screens.workspace_processes import WorkspaceProcessesScreen
+
+        self.push_screen(WorkspaceProcessesScreen(workspace_id))
+
+    def run_in_terminal(self, argv: list[str], env: dict[str, str], cwd: str) -> int | None:
+        """Give the terminal to `argv` (a shell) until it exits, then come back (Textual's
+        App.suspend); the environment goes as env=, never into argv."""
+        import subprocess
+
+        from textual.app import SuspendNotSupported
+
+        try:
+            with self.suspend():
+                return subprocess.call(argv, env=env, cwd=cwd)
+        except SuspendNotSupported:
+            self.notify("this terminal cannot be handed to a shell; use `geotrain workspaces shell ID --rank N`",
+                        severity="error", markup=False)
+            return None
+
     def action_deploy_form(self) -> None:
         from tui.screens.workspace_deploy import DeployScreen
 

@@ -54,6 +54,13 @@ class WorkspaceStatus(Message):
 
 
 @dataclass
+class ProcessesLoaded(Message):
+    """A workspace's worker processes or pods (core.backends.base.WorkerProcess rows)."""
+
+    rows: list[Any]
+
+
+@dataclass
 class WorkspaceDeployed(Message):
     workspace: Workspace
 

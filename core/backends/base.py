@@ -27,6 +27,33 @@ class WorkspaceState:
 
 
 @dataclass
+class WorkerProcess:
+    """One worker's process (local) or pod (Kubernetes), as the drill-down lists it; every text
+    in it is the worker's or the cluster's words (print through terminal_text.printable)."""
+
+    name: str  # worker-N, or the pod's name
+    rank: int | None
+    state: str
+    pid: int | None = None  # local: the live process, None once it ended
+    node: str = ""  # Kubernetes: the node it runs on
+    datacenter: str = ""
+    restarts: int = 0
+    events: list[str] = field(default_factory=list)  # the last few, oldest first, one line each
+    detail: list[tuple[str, str]] = field(default_factory=list)  # describe-like (field, value)
+
+
+@dataclass
+class ShellTarget:
+    """A shell in a worker's environment: what to run, with which environment and directory.
+    Secrets travel in `env` as they do to the worker, never in `argv`."""
+
+    argv: list[str]
+    env: dict[str, str] = field(repr=False)
+    cwd: str
+    what: str  # 'worker-1 of ID (pid 123)', for the line printed before the shell starts
+
+
+@dataclass
 class LaunchPlan:
     """What deploy would do, for --dry-run: a human-readable text and the resolved config."""
 
@@ -85,6 +112,11 @@ class Backend(abc.ABC):
         """Events the backend recorded on its own (failures, recoveries), oldest first."""
         return []
 
+    def watcher(self, workspace_id: str) -> dict | None:
+        """The last word of the workspace's watcher in the cluster (core.kubernetes.watcher_history:
+        updated_at, used, budget, job_phase, pods, running); None where there is none."""
+        return None
+
     def metrics(self, workspace_id: str) -> list[dict]:
         """Metrics rows (step, loss, bytes_sent …) the recipe has written so far."""
         return []
@@ -93,6 +125,15 @@ class Backend(abc.ABC):
         """Each worker's last utilization figures (core.domain.run_events.utilization), by worker name;
         empty where the backend does not collect them."""
         return {}
+
+    def processes(self, workspace_id: str) -> list[WorkerProcess]:
+        """The workspace's worker processes or pods, with their state, restarts and last events."""
+        return []
+
+    def shell(self, workspace_id: str, rank: int, shell: str) -> ShellTarget:
+        """`shell` (an absolute path) in worker `rank`'s environment and directory."""
+        raise InvalidInput("this cluster gives no shell in a worker's environment",
+                           "use `geotrain workspaces pods ID` to see its workers")
 
     def utilization_history(self, workspace_id: str) -> dict[str, list[dict]]:
         """Each worker's recent utilization figures, oldest first (bounded), by worker name."""

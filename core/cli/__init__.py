@@ -33,7 +33,7 @@ GROUPS = {
     "nodes": "the node pool: servers imported over SSH",
 }
 COMMAND_MODULES = {  # group -> the modules that register its commands, in listing order
-    "workspaces": ["core.cli.workspaces", "core.cli.workspace_results"],
+    "workspaces": ["core.cli.workspaces", "core.cli.workspace_results", "core.cli.workspace_drilldown"],
     "clusters": ["core.cli.clusters", "core.cli.cluster_kubernetes", "core.cli.cluster_bootstrap",
                  "core.cli.cluster_plan"],
     "nodes": ["core.cli.nodes"],

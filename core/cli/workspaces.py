@@ -12,6 +12,7 @@ from core.cli.output import dump_json, table
 from core.errors import InvalidInput
 from core.domain import describe, recipe_catalog
 from core.domain.records import TEMPLATES, WorkspaceSpec
+from core.domain.run_events import describe_record
 from core.domain.terminal_text import printable
 from core.workspaces import DeployRequest, WorkspaceService, check_token, read_config_file
 
@@ -213,7 +214,7 @@ def cmd_show(args) -> int:
         utilization_table(data["utilization"])
     for event in data["history"]:
         when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(event['at']))
-        print(printable(f"  {when} {event['kind']}{describe_event(event)}"))
+        print(printable(f"  {when} {event['kind']}{describe_record(event)}"))
     print(ws.spec.to_yaml().rstrip())
     return 0
 
@@ -232,22 +233,6 @@ def utilization_table(figures: dict[str, dict]) -> None:
                     "-" if "gpu_memory_bytes" not in f else f"{f['gpu_memory_bytes'] / 2 ** 30:.2f} GiB"]
         rows.append(row)
     table(["  worker", "cpu", "network wait", "at step"] + (["gpu", "gpu memory"] if gpus else []), rows)
-
-
-def describe_event(event: dict) -> str:
-    """The details that matter for a recovery, in one line."""
-    if event["kind"] == "recovery":
-        return (f": {event['cause']} — recovering {', '.join(event['workers'])}"
-                f" ({event['scope']}, {event['attempt']} of {event['budget']})")
-    if event["kind"] == "recovered":
-        outer = f", outer step {event['outer_step']}" if event.get("outer_step") is not None else ""
-        return (f": {event['worker']} training again at step {event['step']}{outer} after"
-                f" {event['downtime_s']:.1f}s, {event['steps_lost']} steps lost")
-    if event["kind"] == "gave_up":
-        return f": {event['cause']} — retry budget of {event['budget']} spent"
-    if event["kind"] == "state":
-        return f": {event.get('status')}" + (f" ({event['reason']})" if event.get("reason") else "")
-    return ""
 
 
 def cmd_logs(args) -> int:

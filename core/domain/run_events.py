@@ -290,3 +290,19 @@ def combine(phases: dict[str, WorkerPhase | tuple[str, str]], expected: list[str
 
 def natural_key(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def describe_record(event: dict) -> str:
+    """A history record's details that matter (a recovery's, a state's), in one line: ': …' or ''."""
+    if event["kind"] == "recovery":
+        return (f": {event['cause']} — recovering {', '.join(event['workers'])}"
+                f" ({event['scope']}, {event['attempt']} of {event['budget']})")
+    if event["kind"] == "recovered":
+        outer = f", outer step {event['outer_step']}" if event.get("outer_step") is not None else ""
+        return (f": {event['worker']} training again at step {event['step']}{outer} after"
+                f" {event['downtime_s']:.1f}s, {event['steps_lost']} steps lost")
+    if event["kind"] == "gave_up":
+        return f": {event['cause']} — retry budget of {event['budget']} spent"
+    if event["kind"] == "state":
+        return f": {event.get('status')}" + (f" ({event['reason']})" if event.get("reason") else "")
+    return ""

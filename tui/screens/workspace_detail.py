@@ -45,6 +45,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         Binding("f", "follow", "Follow"),
         Binding("w", "wrap", "Wrap"),
         Binding("e", "events", "Events"),
+        Binding("p", "processes", "Workers"),
         Binding("slash", "filter", "Filter"),
         Binding("s", "search", "Search"),
         Binding("n", "next_match", "Next match", show=False),
@@ -168,6 +169,10 @@ class WorkspaceDetailScreen(GeotrainScreen):
             self.query_one(LogView).focus()
             return
         self.app.pop_screen()
+
+    def action_processes(self) -> None:
+        """Down to the workers: processes or pods, their detail, a shell."""
+        self.app.open_processes(self.workspace_id)
 
     def action_delete(self) -> None:
         ask_delete(self, self.workspace_id)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterator
 import yaml
 
 from core.state import paths
-from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
+from core.backends.base import Backend, LaunchPlan, ShellTarget, WorkerProcess, WorkerState, WorkspaceState
 from core.backends.local.run_history import read_history, read_jsonl, read_phase, read_utilization, \
     read_utilization_history
 from core.errors import BackendError, InvalidInput, NotFound
@@ -288,6 +288,16 @@ class LocalBackend(Backend):
 
     def utilization_history(self, workspace_id: str) -> dict[str, list[dict]]:
         return read_utilization_history(self.run_dir(workspace_id))
+
+    def processes(self, workspace_id: str) -> list[WorkerProcess]:
+        from core.backends.local.worker_processes import list_processes
+
+        return list_processes(self.run_dir(workspace_id), workspace_id)
+
+    def shell(self, workspace_id: str, rank: int, shell: str) -> ShellTarget:
+        from core.backends.local.worker_processes import worker_shell
+
+        return worker_shell(self.run_dir(workspace_id), workspace_id, rank, shell)
 
     # results kept -------------------------------------------------------------
     def checkpoint_root(self, workspace_id: str, spec: WorkspaceSpec) -> Path:
