@@ -22,15 +22,17 @@ LOOPBACK = "lo0" if sys.platform == "darwin" else "lo"
 
 
 def run_ranks(args: list[str], nproc: int, env: dict[str, str], cwd: Path,
-              timeout: float | None = None) -> subprocess.CompletedProcess:
-    """`python -m recipes.train ARGS` on `nproc` ranks; the ranks' stdout and stderr, each
-    concatenated in rank order, and the first failure's exit code (0 when all succeed)."""
+              timeout: float | None = None, command: list[str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m recipes.train ARGS` (or `command`, e.g. a geotrain_loop script) on `nproc` ranks; the
+    ranks' stdout and stderr, each concatenated in rank order, and the first failure's exit code
+    (0 when all succeed)."""
+    argv = command or [sys.executable, "-m", "recipes.train", *args]
     with tempfile.TemporaryDirectory(prefix="geotrain-bench-") as private:  # made 0700
         base = {**env, "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0",
                 GROUP_STORE_ENV: str(Path(private) / "store"), "GLOO_SOCKET_IFNAME": LOOPBACK,
                 "NCCL_SOCKET_IFNAME": LOOPBACK}
         outs = [tempfile.TemporaryFile(dir=private) for _ in range(2 * nproc)]
-        procs = [subprocess.Popen([sys.executable, "-m", "recipes.train", *args], cwd=cwd,
+        procs = [subprocess.Popen(argv, cwd=cwd,
                                   env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
                                   stdin=subprocess.DEVNULL, stdout=outs[2 * r], stderr=outs[2 * r + 1])
                  for r in range(nproc)]
