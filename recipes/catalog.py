@@ -11,6 +11,9 @@ MODEL_SIZES: dict[str, dict[str, dict]] = {
     "gpt-neo": {
         "tiny": dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256,
                      max_position_embeddings=256, window_size=64),
+        # the recipe protocol's CPU model (recipes/bench/protocol.py): 1.25M parameters, byte tokens
+        "small": dict(hidden_size=128, num_layers=6, num_heads=4, vocab_size=256,
+                      max_position_embeddings=256, window_size=64),
         "125m": dict(hidden_size=768, num_layers=12, num_heads=12, vocab_size=50257,
                      max_position_embeddings=2048, window_size=256),
         "1.3b": dict(hidden_size=2048, num_layers=24, num_heads=16, vocab_size=50257,
