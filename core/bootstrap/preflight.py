@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.bootstrap import checksums, containerd, versions
+from core.bootstrap import checksums, containerd, offline, versions
 from core.bootstrap.plan import FACTS_KEY, ClusterPlan, DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
@@ -78,8 +78,9 @@ def _check(ctx: DeployContext, target: NodeTarget) -> str:
     vendors = gpus.vendors(facts)
     kind = "NVIDIA GPUs" if "nvidia" in vendors else "AMD GPUs" if "amd" in vendors else "no GPUs"
     system = facts.get("system", {})
-    return (f"{system.get('os_id') or 'linux'} {system.get('os_version', '')}, {kind}, "
+    said = (f"{system.get('os_id') or 'linux'} {system.get('os_version', '')}, {kind}, "
             f"{_containerd_note(ctx, facts, steps)}ready")
+    return f"{said}; {offline.needs_line(ctx.plan, facts)}" if ctx.plan.k3s.bundle else said
 
 
 def _containerd_note(ctx: DeployContext, facts: dict, steps: list[str]) -> str:

@@ -8,14 +8,20 @@ uploaded; another paired release is downloaded on the server and checked against
 versions.VOLCANO_MANIFEST_SHA256 before it is applied; a local copy the user passes
 (--volcano-manifest, e.g. with mirrored images) is theirs and applied as given. Each part
 is applied only when missing or at another version, and waits for the scheduler are bounded.
+
+The release's manifest sets `imagePullPolicy: Always` on its controllers (installer/
+volcano-development.yaml at v1.11.0: vc-webhook-manager, vc-controller-manager, vc-scheduler),
+so the kubelet asks the registry at every start even for an image `ctr images import` put on
+the node (kubernetes.io/docs/concepts/containers/images/#image-pull-policy): geotrain applies it
+with IfNotPresent (pull_if_not_present), after its sha256 is checked.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shlex
 from pathlib import Path
-
-import hashlib
 
 from core.bootstrap import checksums, failures, k3s, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
@@ -29,6 +35,14 @@ DEPLOYMENTS = ("volcano-scheduler", "volcano-controllers", "volcano-admission")
 # The admission webhook's Service: the queue is refused ("connection refused") until it has
 # a ready endpoint, even after the deployment reports available.
 WEBHOOK_SERVICE = "volcano-admission-service"
+_ALWAYS = re.compile(rb"^([ \t]*)imagePullPolicy:[ \t]*Always[ \t]*$", re.MULTILINE)  # as the sed below
+ALWAYS_TO_IF_NOT_PRESENT = r"s/^\([[:space:]]*\)imagePullPolicy:[[:space:]]*Always[[:space:]]*$/\1imagePullPolicy: IfNotPresent/"
+
+
+def pull_if_not_present(manifest: bytes) -> bytes:
+    """The manifest with every `imagePullPolicy: Always` made IfNotPresent (an image imported on an
+    offline node is then used, not re-pulled); nothing else changes."""
+    return _ALWAYS.sub(rb"\1imagePullPolicy: IfNotPresent", manifest)
 
 
 def render_queue(name: str) -> str:
@@ -83,7 +97,7 @@ def _manifest_on_server(version: str, local: str | None, session) -> str:
         return source
     shipped = shipped_manifest(version)
     if shipped is not None:
-        session.put(source, shipped, mode=0o644)
+        session.put(source, pull_if_not_present(shipped), mode=0o644)
         return source
     want = versions.VOLCANO_MANIFEST_SHA256.get(version)
     if want is None:
@@ -94,6 +108,7 @@ def _manifest_on_server(version: str, local: str | None, session) -> str:
     fetched = session.change(f"curl -sfL --retry 3 -o {part} "
                              f"{shlex.quote(MANIFEST_URL.format(version=version))} && "
                              f"{checksums.verify_download(want, part, 'false')} && "
+                             f"sed -i {shlex.quote(ALWAYS_TO_IF_NOT_PRESENT)} {part} && "
                              f"mv {part} {shlex.quote(source)}", timeout=300, check=False,
                              what=f"downloading the Volcano {version} manifest")
     if not fetched.ok:
