@@ -26,6 +26,7 @@ from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, de
                             manifests_yaml, render_manifests, secret_name, token_env_names)
 from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
+from core.kubernetes.registry_auth import pull_secret_name, split_registry_auth, with_pull_secret
 from core.kubernetes.recovery_manifests import claim_name, kept_after_delete
 from core.kubernetes.network_policy import policy_name
 from core.state.secret_store import SecretStore, redact
@@ -86,8 +87,10 @@ class KubernetesBackend(Backend):
         to W&B logs where its key was checked (this machine's WANDB_BASE_URL)."""
         if settings is None:
             settings = server_env() if "wandb" in spec.tokens else {}
+        tokens, registry = split_registry_auth(tokens)  # a pull secret's, never the trainer's
         manifests = render_manifests(workspace_id, spec, self.cluster, self._groups(),
                                      self.namespace, tokens, settings)
+        manifests = with_pull_secret(manifests, workspace_id, spec.image or "", registry)
         problems = admission_errors(manifests[-1])
         if problems:
             raise BackendError(f"the rendered Volcano job would be refused: {problems[0]}",
@@ -183,6 +186,7 @@ class KubernetesBackend(Backend):
     def delete(self, workspace_id: str) -> None:
         self._delete_object("Job", job_name(workspace_id))
         self._delete_object("Secret", secret_name(workspace_id))
+        self._delete_object("Secret", pull_secret_name(workspace_id))
         self._delete_object("ConfigMap", config_map_name(workspace_id))
         self._delete_source_maps(workspace_id)
         # The workspace's own checkpoint claim (none when it used recovery.pvc or a node

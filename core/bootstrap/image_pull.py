@@ -6,6 +6,12 @@ Which image a node gets is core.domain.images' answer for its GPU vendor (from t
 facts): the one the pod command and the requirements check use. An image already present
 is not pulled again. The pull needs the registry (Docker Hub for the upstream images); in
 an air-gapped site, import the image with `ctr -n k8s.io images import` instead.
+
+A private registry is not logged in to here: ctr takes a password only in its argv
+(`--user USER:PASSWORD`, seen by every local user in `ps`) or from a prompt on a terminal
+(containerd cmd/ctr/commands/resolver.go, GetResolver/passwordPrompt), so a private image is
+not pre-pulled; the workspace's pods pull it with their own pull Secret (`workspaces deploy
+--registry-user`, core.kubernetes.registry_auth).
 """
 
 from __future__ import annotations
@@ -53,7 +59,9 @@ def _pull(ctx: DeployContext, target: NodeTarget) -> str:
     except StepFailed as exc:
         raise StepFailed(f"{exc}: the node must reach the image's registry (Docker Hub for the "
                          "upstream images); on a node without internet, copy the image over and "
-                         f"import it (`ctr -n k8s.io images import FILE.tar`), then re-run") from None
+                         f"import it (`ctr -n k8s.io images import FILE.tar`), then re-run; a private "
+                         "registry's image is not pre-pulled: leave out the images step, and the pods "
+                         "pull it (workspaces deploy --registry-user)") from None
     return f"{ref} pulled"
 
 

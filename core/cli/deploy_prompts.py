@@ -8,6 +8,7 @@ then behaves exactly as it always did.
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 
 from core.cli.prompts import _interactive
@@ -38,3 +39,28 @@ def ask_missing_tokens(args, tokens: dict[str, str | None]) -> dict[str, str | N
         print("No W&B key: the run logs offline; upload it later with "
               "`geotrain workspaces sync ID`.", file=sys.stderr)
     return tokens
+
+
+REGISTRY_PASSWORD_ENV = "GEOTRAIN_REGISTRY_PASSWORD"
+
+
+def registry_token(args, image: str | None, cluster_kind: str) -> dict[str, str]:
+    """{"registry": "USER:PASSWORD"} for --registry-user (the password from the environment or a
+    hidden prompt, never argv), checked; {} without it."""
+    from core.errors import InvalidInput
+    from core.kubernetes.registry_auth import check_registry_auth
+
+    if not args.registry_user:
+        return {}
+    if not image or cluster_kind == "local":
+        raise InvalidInput("--registry-user is for a private --image on a Kubernetes cluster",
+                           "give --image REGISTRY/NAME:TAG and a Kubernetes --cluster, or drop --registry-user")
+    password = os.environ.get(REGISTRY_PASSWORD_ENV, "")
+    if not password and (args.ask_tokens or asks(args)):
+        password = getpass.getpass(f"Password of {args.registry_user} at the image's registry (hidden): ").strip()
+    if not password:
+        raise InvalidInput(f"no password for --registry-user {args.registry_user}",
+                           f"set {REGISTRY_PASSWORD_ENV}, or run on a terminal to be asked")
+    value = f"{args.registry_user}:{password}"
+    check_registry_auth(value)
+    return {"registry": value}

@@ -32,6 +32,8 @@ def register(groups) -> None:
     p.add_argument("--datacenters", type=int, metavar="K",
                    help="split the workers evenly into K datacenters: hierarchical DiLoCo (same as --set datacenters=K)")
     p.add_argument("--image", help="container image (Kubernetes clusters)")
+    p.add_argument("--registry-user", metavar="USER", help="user at a private --image registry; the password "
+                   "from GEOTRAIN_REGISTRY_PASSWORD or a hidden prompt (never argv); pods pull with a pull Secret")
     p.add_argument("--wandb-token", help="W&B API key; offline without. On the command line every local user "
                    "sees it in `ps`: prefer WANDB_API_KEY or --ask-tokens")
     p.add_argument("--hf-token", help="Hugging Face token. On the command line every local user sees it in "
@@ -151,6 +153,10 @@ def cmd_deploy(args) -> int:
         spec = service.build_spec(DeployRequest(cluster=args.cluster, config_text=edited,
                                                 config_source="the edited spec"))
     tokens = _tokens(args)
+    if args.registry_user:
+        from core.state.cluster_records import get_cluster
+
+        tokens.update(deploy_prompts.registry_token(args, spec.image, get_cluster(service.store, spec.cluster).kind))
     if args.dry_run:
         spec.tokens = {name: "(given)" for name, value in tokens.items() if value}
         workspace_id, plan = service.plan(spec)

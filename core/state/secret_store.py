@@ -16,7 +16,9 @@ from core.errors import GeotrainError, InvalidInput
 
 _MIN_SECRET_LEN = 6
 # Token kind -> the environment variable that carries it to workers.
-TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN"}
+# "registry" (a private --image registry's USER:PASSWORD) becomes the workspace's pull Secret,
+# never a pod's env (core.kubernetes.registry_auth).
+TOKEN_ENV = {"wandb": "WANDB_API_KEY", "hf": "HF_TOKEN", "registry": "GEOTRAIN_REGISTRY_AUTH"}
 
 
 class SecretStore:
