@@ -21,6 +21,7 @@ from tui.palettes import DEFAULT_THEME, THEMES_DIR, load_themes
 from tui.screens.workspaces import WorkspacesScreen
 
 if TYPE_CHECKING:
+    from core.backends.base import ShellTarget
     from core.nodes.pool import NodePool
 
 THEME_SETTING = "tui.theme"
@@ -109,16 +110,15 @@ class GeotrainApp(App):
 
         self.push_screen(WorkspaceProcessesScreen(workspace_id))
 
-    def run_in_terminal(self, argv: list[str], env: dict[str, str], cwd: str) -> int | None:
-        """Give the terminal to `argv` (a shell) until it exits, then come back (Textual's
-        App.suspend); the environment goes as env=, never into argv."""
-        import subprocess
-
+    def run_in_terminal(self, target: ShellTarget) -> int | None:
+        """Give the terminal to a shell (core.backends.base.ShellTarget: a local process, its
+        environment as env= and never in argv, or a pod's exec stream) until it exits, then come
+        back (Textual's App.suspend)."""
         from textual.app import SuspendNotSupported
 
         try:
             with self.suspend():
-                return subprocess.call(argv, env=env, cwd=cwd)
+                return target.run()
         except SuspendNotSupported:
             self.notify("this terminal cannot be handed to a shell; use `geotrain workspaces shell ID --rank N`",
                         severity="error", markup=False)

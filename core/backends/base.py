@@ -51,6 +51,15 @@ class ShellTarget:
     env: dict[str, str] = field(repr=False)
     cwd: str
     what: str  # 'worker-1 of ID (pid 123)', for the line printed before the shell starts
+    relay: Callable[[], int] | None = None  # a pod: its exec stream relayed to this terminal
+
+    def run(self) -> int:
+        """Run it on this terminal until it exits; its exit code."""
+        if self.relay is not None:
+            return self.relay()
+        import subprocess
+
+        return subprocess.call(self.argv, env=self.env, cwd=self.cwd)
 
 
 @dataclass

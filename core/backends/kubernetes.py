@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from core.backends import node_files
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
+from core.backends.kubernetes_drilldown import PodDrilldown
 from core.errors import BackendError, InvalidInput
 from core.kubernetes.names import job_name, label_value
 from core.kubernetes.recipes_delivery import source_selector
@@ -50,7 +51,7 @@ TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.Core
                "NetworkPolicy": (client.NetworkingV1Api, "network_policy")}
 
 
-class KubernetesBackend(Backend):
+class KubernetesBackend(PodDrilldown, Backend):
     """Runs workspaces as Volcano jobs in the cluster's namespace (default `default`)."""
 
     def __init__(self, cluster: Cluster, log_poll_s: float = 1.0,

@@ -4,7 +4,6 @@ worker's environment."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 from core.cli.output import dump_json, table
@@ -19,9 +18,10 @@ def register(groups) -> None:
     p.add_argument("--describe", action="store_true", help="each one's detail too (process or pod, env, last output)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_pods)
-    p = sub.add_parser("shell", help="open $SHELL in a worker's environment and directory (local)")
+    p = sub.add_parser("shell", help="a shell in a worker: $SHELL in its environment and directory (local), "
+                                          "or in its pod's container (exec)")
     p.add_argument("id", complete="workspace")
-    p.add_argument("--rank", type=int, default=0, help="the worker (default 0)")
+    p.add_argument("--rank", type=int, default=0, help="the worker (default 0; on Kubernetes the Nth pod `pods` lists)")
     p.set_defaults(handler=cmd_shell)
 
 
@@ -51,5 +51,6 @@ def cmd_pods(args) -> int:
 
 def cmd_shell(args) -> int:
     target = WorkspaceService().shell(args.id, args.rank)
-    print(printable(f"A shell in {target.what}, in {target.cwd}; exit to come back."), file=sys.stderr)
-    return subprocess.call(target.argv, env=target.env, cwd=target.cwd)
+    where = f", in {target.cwd}" if target.cwd else ""
+    print(printable(f"A shell in {target.what}{where}; exit to come back."), file=sys.stderr)
+    return target.run()

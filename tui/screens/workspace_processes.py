@@ -92,7 +92,7 @@ class WorkspaceProcessesScreen(GeotrainScreen):
         except GeotrainError as exc:
             self.notify(printable(str(exc)), severity="error", markup=False)
             return
-        self.app.run_in_terminal(target.argv, target.env, target.cwd)
+        self.app.run_in_terminal(target)
         self.action_reload()
 
     def action_back(self) -> None:
