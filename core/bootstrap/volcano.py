@@ -27,6 +27,7 @@ from core.bootstrap import checksums, failures, k3s, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.domain.architectures import ARCH_LABEL
 
 MANIFEST_URL = ("https://raw.githubusercontent.com/volcano-sh/volcano/{version}"
                 "/installer/volcano-development.yaml")
@@ -140,16 +141,26 @@ def webhook_ready_probe(kubectl: str) -> str:
     return f"[ -n \"$({query})\" ]"
 
 
+# The platforms each plugin image is published for: NVIDIA builds linux/amd64 and linux/arm64
+# (NVIDIA/k8s-device-plugin deployments/container/multi-arch.mk); ROCm's is amd64 only
+# (ROCm/k8s-device-plugin issue #151: "exec format error" on arm64, no arm64 image published).
+PLUGIN_ARCHES = {"nvidia": ("amd64", "arm64"), "amd": ("amd64",)}
+
+
 def _daemonset(name: str, image: str, vendor: str, container: dict,
                sys_mount: bool = False) -> dict:
-    """A device-plugin DaemonSet that runs only on nodes labelled with this GPU vendor."""
+    """A device-plugin DaemonSet that runs only on nodes labelled with this GPU vendor, of an
+    architecture its image is built for."""
     labels = {"name": name, "app.kubernetes.io/managed-by": "geotrain"}
+    selector = {k3s.GPU_VENDOR_LABEL: vendor}
+    if len(PLUGIN_ARCHES[vendor]) == 1:
+        selector[ARCH_LABEL] = PLUGIN_ARCHES[vendor][0]
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": name, "namespace": "kube-system", "labels": labels},
             "spec": {"selector": {"matchLabels": {"name": name}},
                      "updateStrategy": {"type": "RollingUpdate"},
                      "template": {"metadata": {"labels": labels}, "spec": {
-                         "nodeSelector": {k3s.GPU_VENDOR_LABEL: vendor},
+                         "nodeSelector": selector,
                          "priorityClassName": "system-node-critical",
                          "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
                                          {"key": f"{vendor}.com/gpu", "operator": "Exists",

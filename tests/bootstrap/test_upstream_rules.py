@@ -224,10 +224,10 @@ def test_an_unknown_architecture_is_a_blocker():
 
 # Volcano v1.11 (the release paired with Kubernetes 1.31 by the README's compatibility
 # table): pkg/webhooks/admission/jobs/validate/util.go policyActionMap allows AbortJob,
-# RestartJob, RestartTask, TerminateJob, CompleteJob, ResumeJob; RestartPod/RestartPartition
-# came later. pkg/controllers/job/plugins/factory.go registers ssh, env, svc, tensorflow,
+# RestartJob, RestartTask, RestartPod (new in v1.11.0; read at the tag), TerminateJob,
+# CompleteJob, ResumeJob; RestartPartition came later. pkg/controllers/job/plugins/factory.go registers ssh, env, svc, tensorflow,
 # mpi, pytorch; the ray job plugin came later.
-V1_11_ACTIONS = ("AbortJob", "RestartJob", "RestartTask", "TerminateJob", "CompleteJob",
+V1_11_ACTIONS = ("AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob", "CompleteJob",
                  "ResumeJob")
 V1_11_PLUGINS = ("env", "svc", "ssh", "pytorch", "mpi", "tensorflow")
 
@@ -245,8 +245,7 @@ def test_volcano_admission_follows_the_pinned_release():
     for action in V1_11_ACTIONS:
         assert admission_errors(_job(action=action)) == []
     assert admission_errors(_job(plugins=V1_11_PLUGINS)) == []
-    for action in ("RestartPod", "RestartPartition"):
-        assert "policy action" in admission_errors(_job(action=action))[0]
+    assert "policy action" in admission_errors(_job(action="RestartPartition"))[0]
     assert admission_errors(_job(plugins=("ray",))) == ["unknown plugin 'ray'"]
 
 
@@ -263,7 +262,8 @@ def test_device_plugins_are_pinned_and_run_only_on_their_vendor(geotrain_home):
             ("amdgpu-device-plugin-daemonset", "amd", "docker.io/rocm/k8s-device-plugin:1.31.0.7")):
         manifest = yaml.safe_load(puts[f"{volcano.REMOTE_DIR}/{name}.yaml"])
         spec = manifest["spec"]["template"]["spec"]
-        assert spec["nodeSelector"] == {"geotrain.io/gpu-vendor": vendor}
+        arch = {} if vendor == "nvidia" else {"kubernetes.io/arch": "amd64"}  # volcano.PLUGIN_ARCHES
+        assert spec["nodeSelector"] == {"geotrain.io/gpu-vendor": vendor, **arch}
         assert spec["containers"][0]["image"] == image
     commands = " ".join(r.command for r in result.command_log.records)
     assert "/master/" not in commands and ":latest" not in commands
