@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from geotrain_loop.loop import Loop, LoopConfigError, join
 
-__all__ = ["Loop", "LoopConfigError", "join", "presets"]
+__all__ = ["GeotrainCallback", "Loop", "LoopConfigError", "huggingface", "join", "presets"]
+
+
+def __getattr__(name: str):
+    """The Hugging Face callback loads transformers only when asked for."""
+    if name in ("GeotrainCallback", "huggingface"):
+        from geotrain_loop import hf
+
+        return getattr(hf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def presets() -> list[str]:

@@ -100,6 +100,7 @@ class Loop:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, preset: str = "medium", *,
                  steps: int | None = None, config: dict | None = None, scheduler=None,
                  out_dir: str | os.PathLike | None = None, log_every: int | None = None) -> None:
+        """`log_every` steps between progress lines and metrics (default logging.log_every; 0: only log())."""
         self.cfg = build_config(preset, config or {}, steps, optimizer)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.total = steps
@@ -114,7 +115,7 @@ class Loop:
         self.step_count = 0
         # clipped only when asked: your loop may clip itself (the catalog's default is optim.grad_clip 1.0)
         self.grad_clip = self.cfg.optim.grad_clip if "grad_clip" in (_nested(config or {}).get("optim") or {}) else 0.0
-        self.log_every = log_every or self.cfg.logging.log_every
+        self.log_every = self.cfg.logging.log_every if log_every is None else log_every
         self._losses: list[float] = []
         self._window = time.perf_counter()
         given = _nested(config or {})
@@ -162,9 +163,15 @@ class Loop:
         synced = self.algo.after_optimizer_step(self.step_count)
         if loss is not None:
             self._losses.append(float(loss.detach() if torch.is_tensor(loss) else loss))
-        if self.step_count % self.log_every == 0 or self.step_count == self.total:
+        if self.log_every and (self.step_count % self.log_every == 0 or self.step_count == self.total):
             self._log()
         return synced
+
+    def log(self, loss: float | torch.Tensor | None = None) -> None:
+        """A progress line and a metrics record now (with `loss` if given): for loops that log themselves."""
+        if loss is not None:
+            self._losses.append(float(loss.detach() if torch.is_tensor(loss) else loss))
+        self._log()
 
     def step(self, loss: float | torch.Tensor | None = None) -> bool:
         """After loss.backward(): the inner optimizer step (and scheduler), zero_grad, and the outer sync
@@ -179,7 +186,7 @@ class Loop:
     def finish(self) -> None:
         """Sync the last partial phase and land anything in flight: every rank holds the same weights."""
         self.algo.finish(self.step_count)
-        if self._losses or self.step_count % self.log_every:
+        if self._losses or not self.log_every or self.step_count % self.log_every:
             self._log()
         if self.telemetry is not None:
             self.telemetry.close()

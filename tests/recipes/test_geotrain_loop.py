@@ -18,6 +18,7 @@ from recipes.bench.local_group import run_ranks
 from tests.recipes.conftest import REPO, TINY_GPT
 
 EXAMPLE = REPO / "tests" / "examples" / "train_plain.py"
+HF_EXAMPLE = REPO / "tests" / "examples" / "train_hf.py"
 STEPS = 30  # two whole phases of medium's H=12 and a partial one that finish() syncs
 
 
@@ -25,9 +26,10 @@ def results(stdout: str) -> list[dict]:
     return [json.loads(line.split(" ", 1)[1]) for line in stdout.splitlines() if line.startswith("result ")]
 
 
-def example(tmp_path: Path, *args: str, env: dict | None = None, cwd: Path | None = None) -> list[dict]:
+def example(tmp_path: Path, *args: str, env: dict | None = None, cwd: Path | None = None,
+            script: Path = EXAMPLE) -> list[dict]:
     done = run_ranks([], 2, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd or tmp_path, timeout=600,
-                     command=[sys.executable, str(EXAMPLE), *args])
+                     command=[sys.executable, str(script), *args])
     assert done.returncode == 0, done.stderr[-2000:]
     return results(done.stdout)
 
@@ -49,6 +51,22 @@ def test_the_api_sends_what_the_catalog_recipe_sends(tmp_path):
     assert [r["bytes_sent"] for r in api] == [catalog_bytes, catalog_bytes] and catalog_bytes > 0
     assert api[0]["eval_loss"] == api[1]["eval_loss"]  # every rank holds the same weights after finish()
     assert ddp[0]["bytes_sent"] > 250 * catalog_bytes
+
+
+@pytest.mark.slow
+def test_a_hugging_face_trainer_script_with_one_line(tmp_path):
+    """tests/examples/train_hf.py: the Trainer's own DDP, then the same script with
+    geotrain_loop.huggingface("medium"): the catalog's bytes for this model, preset and steps (51,240 per rank
+    over 30 steps: test_the_api_sends_what_the_catalog_recipe_sends), the Trainer's DDP wrapper kept from
+    syncing (after step 1 each rank holds its own weights; under DDP they are equal), ranks equal at the end."""
+    ddp = example(tmp_path, "--steps", str(STEPS), script=HF_EXAMPLE)
+    api = example(tmp_path, "--preset", "medium", "--steps", str(STEPS), script=HF_EXAMPLE)
+    for name, run in (("Trainer DDP", ddp), ("Trainer + geotrain_loop medium", api)):
+        print(f"{name}: bytes sent per rank {run[0]['bytes_sent']:,}, held-out loss {run[0]['eval_loss']}")
+    assert ddp[0]["first_step"] == ddp[1]["first_step"] and api[0]["first_step"] != api[1]["first_step"]
+    assert [r["bytes_sent"] for r in api] == [51240, 51240]
+    assert api[0]["eval_loss"] == api[1]["eval_loss"]
+    assert ddp[0]["bytes_sent"] > 250 * api[0]["bytes_sent"]
 
 
 USER_PACKAGES = {
