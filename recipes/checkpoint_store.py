@@ -156,6 +156,21 @@ class CheckpointStore:
                 found.append(int(match.group(1)))
         return sorted(found)
 
+    def other_ranks_here(self) -> list[int]:
+        """Ranks other than this one with a checkpoint manifest in this directory: on a node
+        directory (one per node, core.kubernetes.recovery_manifests), a sign that ranks moved
+        between nodes (torchrun's rendezvous orders them anew at every start)."""
+        if not self.root.is_dir():
+            return []
+        ranks = set()
+        for child in self.root.iterdir():
+            if STEP_DIR.fullmatch(child.name) and child.is_dir():
+                for manifest in child.glob("rank_*.json"):
+                    number = manifest.name[len("rank_"):-len(".json")]
+                    if number.isdigit() and int(number) != self.rank:
+                        ranks.add(int(number))
+        return sorted(ranks)
+
     def is_complete(self, step: int) -> bool:
         """True when the manifest exists and the file matches it; warns about what is not."""
         data_path, manifest_path = rank_files(self.root, step, self.rank)

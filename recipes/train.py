@@ -26,7 +26,7 @@ from recipes.algorithms import hierarchical
 from recipes.algorithms import build_algorithm
 from recipes.algorithms.diloco import DiLoCo
 from recipes.algorithms.streaming import saved_fragments
-from recipes.checkpoint_store import CheckpointRefused, CheckpointStore, HubMirror
+from recipes.checkpoint_store import CheckpointRefused, CheckpointStore, HubMirror, warn
 from recipes.config import ConfigError, config_to_dict, load_config, resolve_compression
 from recipes.schema import OptimConfig, TrainConfig
 from recipes.data import build_data
@@ -167,6 +167,14 @@ class Trainer:
         # which would pick up the newest step all ranks hold
         if self.membership is None and self.rt.distributed and self.cfg.checkpoint.resume:
             step = checkpoint.common_step(step, self.checkpoints.complete_steps(), self.rt.world_size)
+        if step is None and self.cfg.checkpoint.resume and not self.checkpoints.steps_on_disk():
+            moved = self.checkpoints.other_ranks_here()
+            if moved:  # said loudly: the run starts again from step 0 (issue 41, item 9)
+                warn(
+                    f"rank {self.rt.rank} has no checkpoint of its own in {self.checkpoints.root} but ranks "
+                    f"{', '.join(map(str, moved[:8]))} do: ranks moved between nodes that each keep their own "
+                    "checkpoints, so this run starts from step 0; give it a ReadWriteMany class "
+                    "(recovery.storage_class) or an HF repo (recovery.hf_repo) to resume wherever ranks land")
         if step is not None:
             self.load(self.checkpoints.load(step))
             self.resumed_from = step

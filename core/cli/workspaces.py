@@ -89,6 +89,16 @@ def _tokens(args) -> dict[str, str | None]:
     return tokens
 
 
+def _deploy_notes(service, spec) -> list[str]:
+    """What the user must know before a Kubernetes workspace runs (one line each)."""
+    from core.kubernetes.recovery_manifests import resume_caveat
+    from core.state.cluster_records import get_cluster
+
+    if get_cluster(service.store, spec.cluster).kind == "local":
+        return []
+    return [line for line in (resume_caveat(spec),) if line]
+
+
 def editor_schema(spec_file: bool) -> dict:
     """JSON Schema of a detailed config, or of a whole spec file with that config inside."""
     from core.schema.training_config import config_json_schema
@@ -153,6 +163,7 @@ def cmd_deploy(args) -> int:
         spec = service.build_spec(DeployRequest(cluster=args.cluster, config_text=edited,
                                                 config_source="the edited spec"))
     tokens = _tokens(args)
+    notes = _deploy_notes(service, spec)
     if args.registry_user:
         from core.state.cluster_records import get_cluster
 
@@ -163,12 +174,16 @@ def cmd_deploy(args) -> int:
         print(plan.description.rstrip())
         for name, value in tokens.items():
             print(f"# {name} token: {'set (passed through the environment, not shown)' if value else 'not set'}")
+        for note in notes:
+            print(f"# note: {note}")
         print("# resolved config:")
         print(plan.config_yaml.rstrip())
         return 0
     if not requirements_met(service.store, spec, tokens, args.force):
         return 1
     ws = service.deploy(spec, tokens, resume_from=resume)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         dump_json({"id": ws.id, "cluster": ws.cluster, "status": ws.status, "run_dir": ws.run_dir})
     else:

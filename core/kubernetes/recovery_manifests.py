@@ -107,6 +107,21 @@ def kept_after_delete(job: str, spec: WorkspaceSpec, cluster: Cluster) -> str:
     return ""
 
 
+def resume_caveat(spec: WorkspaceSpec) -> str:
+    """One line for the deploy when resuming depends on a rank landing on the node it wrote from:
+    checkpoints in node directories (several pods, no ReadWriteMany class named, no claim of the
+    user's) and no HF repo a rank could fetch its own from (recipes.checkpoint_store); '' otherwise.
+    Ranks are not tied to nodes: torch/distributed/run.py's notices, 6: "RANK is NOT stable.
+    Between restarts, the local workers on a node can be assigned a different range of ranks"."""
+    settings = RecoverySettings.from_dict(spec.recovery)
+    if spec.workers == 1 or node_dir_base(settings, spec.workers) is None or settings.hf_repo:
+        return ""
+    return ("each node keeps its own checkpoints and ranks are not tied to nodes: after a replaced node, or "
+            "with fewer workers than nodes, a rank that lands elsewhere finds none and the run starts from "
+            "step 0 (its log says so); to resume wherever ranks land, give the spec's recovery: a ReadWriteMany "
+            "storage_class or an hf_repo (--config a spec, or --edit)")
+
+
 def owner_init_container(image: str, mount: dict[str, Any]) -> dict[str, Any]:
     """Root for one chown of the workspace's node directory, with only CHOWN and FOWNER."""
     return {"name": "checkpoint-owner", "image": image, "imagePullPolicy": "IfNotPresent",
