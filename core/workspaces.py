@@ -284,6 +284,11 @@ class WorkspaceService:
         ws = self.get(workspace_id)
         return metric_rows.usable(self.backend(ws.cluster).metrics(workspace_id))
 
+    def watcher(self, workspace_id: str) -> dict | None:
+        """What the workspace's watcher in the cluster last wrote (None: no watcher)."""
+        ws = self.get(workspace_id)
+        return self.backend(ws.cluster).watcher(workspace_id)
+
     def utilization(self, workspace_id: str) -> dict[str, dict]:
         """Each worker's last CPU, network-wait and GPU figures, by worker name (empty before any)."""
         ws = self.get(workspace_id)

@@ -30,12 +30,13 @@ from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.registry_auth import pull_secret_name, split_registry_auth, with_pull_secret
 from core.kubernetes.recovery_manifests import claim_name, kept_after_delete
 from core.kubernetes.network_policy import policy_name
+from core.kubernetes.watcher_manifests import WATCHED_ANNOTATION, history_name, watcher_name
+from core.kubernetes import watcher_history
 from core.state.secret_store import SecretStore, redact
 from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.failed_pods import keep_failed_pods, keeps_failed_pods
 from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, failure, init_log_wanted,
                                         first_failures, master_exit_code, pod_phase, unschedulable_message,
                                         worker_detail)
@@ -49,7 +50,13 @@ EVENT_LIMIT = 1000  # pod events read per poll: a busy namespace's list stays bo
 # The kinds a workspace creates besides its Volcano Job: typed client and method noun.
 TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.CoreV1Api, "config_map"),
                "PersistentVolumeClaim": (client.CoreV1Api, "persistent_volume_claim"),
-               "NetworkPolicy": (client.NetworkingV1Api, "network_policy")}
+               "NetworkPolicy": (client.NetworkingV1Api, "network_policy"),
+               "ServiceAccount": (client.CoreV1Api, "service_account"),
+               "Role": (client.RbacAuthorizationV1Api, "role"),
+               "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"),
+               "Deployment": (client.AppsV1Api, "deployment")}
+# The watcher's objects (core.kubernetes.watcher_manifests), deleted after the Job in this order.
+WATCHER_KINDS = ("Deployment", "RoleBinding", "Role", "ServiceAccount")
 
 
 class KubernetesBackend(PodDrilldown, Backend):
@@ -93,7 +100,6 @@ class KubernetesBackend(PodDrilldown, Backend):
         manifests = render_manifests(workspace_id, spec, self.cluster, self._groups(),
                                      self.namespace, tokens, settings)
         manifests = with_pull_secret(manifests, workspace_id, spec.image or "", registry)
-        keep_failed_pods(manifests[-1], spec.recovery)
         problems = admission_errors(manifests[-1])
         if problems:
             raise BackendError(f"the rendered Volcano job would be refused: {problems[0]}",
@@ -154,8 +160,10 @@ class KubernetesBackend(PodDrilldown, Backend):
         """A pod that went Failed, or a job Volcano gave up on: submit the job again. Its
         pods mount the same checkpoint volume, so training resumes from the newest checkpoint."""
         job = self._job(workspace_id)
-        if job is None or state.status == Status.COMPLETED.value or keeps_failed_pods(job):
-            return None  # keeps_failed_pods: recovery.keep_failed_pods, the failed pod stays for a look
+        if job is None or state.status == Status.COMPLETED.value:
+            return None
+        if WATCHED_ANNOTATION in (job["metadata"].get("annotations") or {}):
+            return None  # its watcher, in the cluster, replaces lost pods (recipes/watcher.py)
         phase = ((job.get("status") or {}).get("state") or {}).get("phase", "")
         failed = first_failures(self._pods(workspace_id))
         if not failed and JOB_PHASES.get(phase) is not Status.FAILED:
@@ -188,6 +196,9 @@ class KubernetesBackend(PodDrilldown, Backend):
 
     def delete(self, workspace_id: str) -> None:
         self._delete_object("Job", job_name(workspace_id))
+        for kind in WATCHER_KINDS:
+            self._delete_object(kind, watcher_name(job_name(workspace_id)))
+        self._delete_object("ConfigMap", history_name(job_name(workspace_id)))
         self._delete_object("Secret", secret_name(workspace_id))
         self._delete_object("Secret", pull_secret_name(workspace_id))
         self._delete_object("ConfigMap", config_map_name(workspace_id))
@@ -235,6 +246,25 @@ class KubernetesBackend(PodDrilldown, Backend):
             if exc.status == 404:
                 return None
             raise
+
+    def _history_map(self, workspace_id: str) -> dict[str, Any] | None:
+        try:
+            with self._errors("reading the watcher's history"):
+                response = client.CoreV1Api(self.api).read_namespaced_config_map(
+                    history_name(job_name(workspace_id)), self.namespace, _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT)
+        except ApiError as exc:
+            if exc.status == 404:  # deployed before the watcher, or deleted
+                return None
+            raise
+        return read_json(response)
+
+    def history(self, workspace_id: str) -> list[dict]:
+        """The recoveries the workspace's watcher made and wrote down (core.kubernetes.watcher_history)."""
+        return watcher_history.read_history(self._history_map(workspace_id))
+
+    def watcher(self, workspace_id: str) -> dict | None:
+        return watcher_history.read_state(self._history_map(workspace_id))
 
     def _pods(self, workspace_id: str) -> list[dict[str, Any]]:
         with self._errors("listing pods"):

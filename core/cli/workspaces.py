@@ -222,7 +222,8 @@ def cmd_show(args) -> int:
     data = {"id": ws.id, "cluster": ws.cluster, "status": state.status, "reason": state.reason,
             "workers": [w.__dict__ for w in state.workers], "last_loss": ws.last_loss,
             "run_dir": ws.run_dir, "history": service.events(ws.id), "spec": ws.spec.to_dict(),
-            "wandb": service.wandb_run(ws.id), "utilization": service.utilization(ws.id)}
+            "wandb": service.wandb_run(ws.id), "utilization": service.utilization(ws.id),
+            "watcher": service.watcher(ws.id)}
     if args.json:
         dump_json(data)
         return 0
@@ -231,6 +232,8 @@ def cmd_show(args) -> int:
     print(f"  {printable(wandb_runs.summary(data['wandb'], ws.id))}")
     for worker in state.workers:
         print(printable(f"  {worker.name}: {worker.status} {worker.detail}").rstrip())
+    if data["watcher"]:
+        print(printable(describe_watcher(data["watcher"], time.time())))
     if data["utilization"]:
         utilization_table(data["utilization"])
     for event in data["history"]:
@@ -238,6 +241,14 @@ def cmd_show(args) -> int:
         print(printable(f"  {when} {event['kind']}{describe_record(event)}"))
     print(ws.spec.to_yaml().rstrip())
     return 0
+
+
+def describe_watcher(state: dict, now: float) -> str:
+    """The watcher's line: when it last wrote, the recovery budget used, the pods it saw running."""
+    ago = max(0.0, now - state["updated_at"])
+    used = f", {state['used']} of {state['budget']} recoveries used" if "used" in state and "budget" in state else ""
+    pods = f", {state['running']} of {state['pods']} pods running" if "running" in state and "pods" in state else ""
+    return f"  watcher (in the cluster): last seen {ago:.0f}s ago{used}{pods}"
 
 
 def utilization_table(figures: dict[str, dict]) -> None:

@@ -297,6 +297,8 @@ def describe_record(event: dict) -> str:
     if event["kind"] == "recovery":
         return (f": {event['cause']} — recovering {', '.join(event['workers'])}"
                 f" ({event['scope']}, {event['attempt']} of {event['budget']})")
+    if event["kind"] == "recovered" and event.get("step") is None:  # a watcher in the cluster sees pods, not steps
+        return f": {event['worker']} running again after {event['downtime_s']:.1f}s"
     if event["kind"] == "recovered":
         outer = f", outer step {event['outer_step']}" if event.get("outer_step") is not None else ""
         return (f": {event['worker']} training again at step {event['step']}{outer} after"

@@ -3,7 +3,7 @@
 Run on every rendered job before it is submitted, so a job the webhook would refuse
 is caught here with a clear message (and tested without a cluster). The lists follow the
 Volcano release the wizard installs (core/bootstrap/versions.py), not Volcano's main branch:
-newer actions (RestartPod, RestartPartition) and plugins (ray) are refused by it.
+newer actions (RestartPartition) and plugins (ray) are refused by it.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 from core.kubernetes.names import DNS_LABEL_RE, LABEL_MAX
 
-# Volcano v1.11: pkg/webhooks/admission/jobs/validate/util.go, policyActionMap (the
-# actions allowed for external use).
-POLICY_ACTIONS = frozenset({"AbortJob", "RestartJob", "RestartTask", "TerminateJob",
+# Volcano v1.11.0: pkg/webhooks/admission/jobs/validate/util.go, policyActionMap (the
+# actions allowed for external use; RestartPod is there from v1.11.0, not in v1.10.0).
+POLICY_ACTIONS = frozenset({"AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob",
                             "CompleteJob", "ResumeJob"})
 # Volcano v1.11: pkg/controllers/job/plugins/factory.go, the registered job plugins.
 PLUGINS = frozenset({"env", "svc", "ssh", "pytorch", "mpi", "tensorflow"})

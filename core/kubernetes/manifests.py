@@ -20,7 +20,9 @@ from core.kubernetes.datacenter_tasks import asked_datacenters, datacenter_tasks
 from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, dist_backend
 from core.kubernetes.pod_resources import memory_resources, shm_volume
 from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_claim
-from core.kubernetes.network_policy import ELASTIC_STORE_PORT, render_network_policy
+from core.kubernetes.network_policy import ELASTIC_STORE_PORT, WATCHER_LABEL, render_network_policy
+from core.kubernetes.watcher_manifests import render_watcher
+from core.domain.recovery import RecoverySettings
 from core.kubernetes import recipes_delivery as delivery
 from core.domain.images import ImageChoice, custom_image, image_for
 from core.domain.architectures import ARCH_LABEL
@@ -29,7 +31,7 @@ API_VERSION = "batch.volcano.sh/v1alpha1"
 # The image per node: core.domain.images (upstream PyTorch + recipes delivered by geotrain,
 # core.kubernetes.recipes_delivery), or the team's own (`--image`, the cluster's `image`).
 DEFAULT_QUEUE = "geotrain"
-MAX_RETRY = 3  # whole-job restarts by Volcano (PodFailed / PodEvicted)
+MAX_RETRY = 3  # Volcano's retries (RestartPod), before recovery.max_recoveries replaces it
 MAX_RESTARTS = 3  # worker-group restarts by torchrun inside a pod
 RDZV_PORT = 29400
 RDZV_JOIN_TIMEOUT_S = 900
@@ -268,7 +270,7 @@ def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Clu
     _harden_pod(spec, cluster, group)
     runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
     if runtime_class is None and group.vendor == "nvidia" and cluster.kind == "geotrain":
-        runtime_class = "nvidia"  # made by k3s (manifests/runtimes.yaml); handler: our containerd's
+        runtime_class = "nvidia"  # k3s registers it when it finds the NVIDIA container runtime
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
     labels = {WORKSPACE_LABEL: label_value(workspace_id), **MANAGED}
@@ -340,9 +342,7 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
             "minAvailable": spec.workers,
             "maxRetry": MAX_RETRY,
             "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"},
-                         {"event": "PodFailed", "action": "RestartJob"}],
-            "tasks": tasks,
+            "tasks": tasks,  # lifecycle policies: core.kubernetes.watcher_manifests.pod_policies
         },
     }, spec, cluster)
 
@@ -351,7 +351,8 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                      groups: list[NodeGroup], namespace: str,
                      tokens: dict[str, str], settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """ConfigMap, the recipes ConfigMaps (upstream image), Secret (when there are tokens), the
-    checkpoint claim (when the workspace has its own), NetworkPolicy and Job, in the order they are created.
+    checkpoint claim (when the workspace has its own), NetworkPolicy, the watcher's objects
+    (core.kubernetes.watcher_manifests) and Job, in the order they are created.
     `settings`: plain env values for the trainer (render_volcano_job)."""
     placed = place(groups, spec.workers, cluster.name, asked_datacenters(spec.config))
     maps, source = _source(workspace_id, spec, cluster, placed, namespace)
@@ -364,7 +365,10 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     claim = render_checkpoint_claim(job["metadata"]["name"], spec, cluster, metadata)
     fence = render_network_policy(job["metadata"]["name"], metadata, {WORKSPACE_LABEL: label_value(workspace_id)},
                                   (RDZV_PORT, ELASTIC_STORE_PORT))  # before the Job: no pod starts unfenced
-    return out + ([claim] if claim else []) + [fence, job]
+    watcher = render_watcher(job, metadata, {WATCHER_LABEL: label_value(workspace_id)},
+                             RecoverySettings.from_dict(spec.recovery).max_recoveries,
+                             group_image(spec, cluster, placed[0][0]).image, source)
+    return out + ([claim] if claim else []) + [fence, *watcher, job]
 
 
 def manifests_yaml(manifests: list[dict[str, Any]]) -> str:

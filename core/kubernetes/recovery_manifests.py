@@ -20,6 +20,7 @@ from typing import Any
 
 from core.domain.records import Cluster, WorkspaceSpec
 from core.domain.recovery import RecoverySettings
+from core.kubernetes.watcher_manifests import pod_policies
 
 CHECKPOINT_MOUNT = "/checkpoints"
 DEFAULT_HOST_PATH = "/var/lib/geotrain/checkpoints"
@@ -155,9 +156,10 @@ def add_recovery(job_manifest: dict[str, Any], spec: WorkspaceSpec, cluster: Clu
         for container in pod["containers"]:
             container["volumeMounts"].append(dict(mount))
             container["env"] += recovery_env(name, spec)
+    # Volcano fails the job when its retries reach maxRetry: the same budget the watcher counts.
     job_manifest["spec"]["maxRetry"] = settings.max_recoveries
-    # A lost pod restarts the job; torchrun inside resumes every worker from the newest
-    # complete checkpoint on the volume. Evictions (spot capacity taken back) likewise.
-    job_manifest["spec"]["policies"] = [{"event": "PodEvicted", "action": "RestartJob"},
-                                        {"event": "PodFailed", "action": "RestartJob"}]
+    # A lost pod restarts alone (the workspace's watcher replaces it, Volcano makes it again);
+    # torchrun's agents in the pods still running meet it at the next rendezvous, and a
+    # restarted worker resumes from the newest complete checkpoint on the volume.
+    pod_policies(job_manifest)
     return job_manifest

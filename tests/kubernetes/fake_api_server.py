@@ -24,11 +24,15 @@ from urllib.parse import parse_qs, urlparse
 
 from tests.kubernetes.api_validation import claim_problem, policy_problem
 
-CORE = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims|events)"
+CORE = (r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims|events"
+        r"|serviceaccounts)")
 VOLCANO = r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/(?P<res>jobs)"
 PODGROUPS = r"/apis/scheduling\.volcano\.sh/v1beta1/namespaces/(?P<ns>[^/]+)/(?P<res>podgroups)"
 NETWORKING = r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/(?P<res>networkpolicies)"
-GROUP_OF = {"jobs": "batch.volcano.sh", "podgroups": "scheduling.volcano.sh", "networkpolicies": "networking.k8s.io"}
+RBAC = r"/apis/rbac\.authorization\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/(?P<res>roles|rolebindings)"
+APPS = r"/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<res>deployments)"
+GROUP_OF = {"jobs": "batch.volcano.sh", "podgroups": "scheduling.volcano.sh", "networkpolicies": "networking.k8s.io",
+            "roles": "rbac.authorization.k8s.io", "rolebindings": "rbac.authorization.k8s.io", "deployments": "apps"}
 VOLCANO_RESOURCES = ("jobs", "podgroups")
 CLUSTER_LISTS = {"/api/v1/nodes": ("nodes", "", "NodeList", "v1"),  # path -> resource, group, kind, version
                  "/apis/apps/v1/daemonsets": ("daemonsets", "apps", "DaemonSetList", "apps/v1")}
@@ -63,6 +67,9 @@ class FakeKubeAPI:
         self.exec_output: dict[str, Iterable[bytes]] = {}  # pod -> the stdout chunks its exec writes
         self.execs: list[tuple[str, dict[str, list[str]]]] = []  # (pod, query) of each exec
         self.exec_sent: dict[str, int] = {}  # pod -> stdout bytes sent before the stream ended
+        # Volcano's syncJob makes a job's deleted pod again (same name, new uid, Pending); on for the
+        # watcher's tests, where nothing else plays the controller
+        self.replace_deleted_pods = False
         self.cond = threading.Condition()
         self.closed = False
         self._server: ThreadingHTTPServer | None = None
@@ -355,7 +362,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200 if found else 404,
                               {"metadata": {"name": queue[1]}} if found else
                               _status(404, "NotFound", f'queues.scheduling.volcano.sh "{queue[1]}" not found'))
-        for pattern in (CORE, VOLCANO, PODGROUPS, NETWORKING):
+        for pattern in (CORE, VOLCANO, PODGROUPS, NETWORKING, RBAC, APPS):
             match = re.fullmatch(pattern + r"(?:/(?P<name>[^/]+))?(?P<log>/log)?", path)
             if match:
                 return self._resource(method, match["res"], match["ns"], match["name"],
@@ -370,6 +377,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self._route("DELETE")
+
+    def do_PUT(self) -> None:
+        self._route("PUT")
 
     # API ---------------------------------------------------------------------------
     def _discovery(self) -> None:
@@ -404,7 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
         if res in VOLCANO_RESOURCES and not fake.volcano_installed:
             return self._send(404, b"404 page not found")
         if (method, res) in fake.forbidden:
-            verb = {"POST": "create", "GET": "get" if name else "list", "DELETE": "delete"}[method]
+            verb = {"POST": "create", "GET": "get" if name else "list", "DELETE": "delete", "PUT": "update"}[method]
             group = GROUP_OF.get(res, "")
             return self._send(403, _status(403, "Forbidden", f'{res}{"." + group if group else ""} is '
                                            f'forbidden: User "dev" cannot {verb} resource "{res}" in API '
@@ -440,9 +450,28 @@ class _Handler(BaseHTTPRequestHandler):
             if key not in fake.objects:
                 return self._send(404, _status(404, "NotFound", f'{res} "{name}" not found'))
             if method == "DELETE":
+                want = ((self.body.get("preconditions") or {}).get("uid"))
+                if want and want != fake.objects[key]["metadata"].get("uid"):
+                    return self._send(409, _status(409, "Conflict", f'Precondition failed: UID in precondition: '
+                                                   f'{want}, UID in object meta: {fake.objects[key]["metadata"].get("uid")}'))
                 obj = fake.objects.pop(key)
                 if res == "jobs":
                     fake.delete_pods_of(name, ns)
+                job = (obj["metadata"].get("labels") or {}).get("volcano.sh/job-name")
+                if res == "pods" and fake.replace_deleted_pods and ("jobs", ns, job) in fake.objects:
+                    index = int(name.rsplit("-", 1)[1])  # Volcano's PodNameFmt: <job>-<task>-<index>
+                    fake.add_pod(job, obj["metadata"]["labels"]["volcano.sh/task-spec"], index, ns, running=False)
+                return self._send(200, obj)
+            if method == "PUT":
+                stored = fake.objects[key]
+                if self.body.get("metadata", {}).get("resourceVersion") != stored["metadata"].get("resourceVersion"):
+                    return self._send(409, _status(409, "Conflict", f'Operation cannot be fulfilled on {res} "{name}": '
+                                                   "the object has been modified; please apply your changes to the "
+                                                   "latest version and try again"))
+                obj = self.body
+                obj["metadata"].update(uid=stored["metadata"]["uid"], namespace=ns,
+                                       resourceVersion=str(int(stored["metadata"]["resourceVersion"]) + 1))
+                fake.objects[key] = obj
                 return self._send(200, obj)
             return self._send(200, fake.objects[key])
 

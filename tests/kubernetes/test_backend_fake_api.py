@@ -282,6 +282,13 @@ def test_pods_log_to_the_w_and_b_server_this_machine_names(fake, cluster, monkey
     assert not any(v["name"] == "WANDB_BASE_URL" for e in _trainer_env(fake, "gt-ws-h") for v in e)
 
 
+def _without_watcher(fake, job: str) -> None:
+    """The job as a geotrain from before the watcher deployed it: recovered by the process that refreshes."""
+    from core.kubernetes.watcher_manifests import WATCHED_ANNOTATION
+
+    del fake.objects[("jobs", "default", job)]["metadata"]["annotations"][WATCHED_ANNOTATION]
+
+
 def test_a_recovered_job_logs_where_the_first_one_did(fake, cluster, monkeypatch):
     """recover() runs in whichever process refreshes (the app, `workspaces list` in another shell): the
     new Job keeps the deployed WANDB_BASE_URL, not that process's, and a bad one there does not stop it."""
@@ -291,6 +298,8 @@ def test_a_recovered_job_logs_where_the_first_one_did(fake, cluster, monkeypatch
     backend = KubernetesBackend(cluster)
     spec = make_spec(cluster="mycluster", workers=2, tokens={"wandb": WANDB_REF})
     backend.deploy("ws-w", spec, {"WANDB_API_KEY": WANDB_REF})
+    assert backend.recover("ws-w", spec, WorkspaceState("RUNNING")) is None  # its watcher's job, not ours
+    _without_watcher(fake, "gt-ws-w")
     fake.set_job_phase("gt-ws-w", "Failed")
     monkeypatch.setenv("WANDB_BASE_URL", "https://api:sekrit@elsewhere.example")
     assert backend.recover("ws-w", spec, WorkspaceState("RUNNING")) == "Volcano job failed after its own retries"
@@ -302,6 +311,7 @@ def test_a_recovered_job_logs_where_the_first_one_did(fake, cluster, monkeypatch
         for env in task["template"]["spec"]["containers"][0]["env"]:
             if env["name"] == "WANDB_BASE_URL":
                 env["value"] = "https://x.example\n- name: LD_PRELOAD"
+    _without_watcher(fake, "gt-ws-w")
     fake.set_job_phase("gt-ws-w", "Failed")
     monkeypatch.setenv("WANDB_BASE_URL", "https://elsewhere.example")  # a plain one here is not taken either
     assert backend.recover("ws-w", spec, WorkspaceState("RUNNING"))

@@ -62,9 +62,11 @@ def test_heterogeneous_job_has_one_task_per_node_group_and_gloo():
     script = container(tasks["worker-amd"])["command"][2]
     assert "--nnodes=7" in script and "--nproc-per-node=8" in script and "is_host=0" in script
     assert "is_host=1" in container(tasks["master"])["command"][2]
-    assert tasks["master"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
-    assert {p["event"]: p["action"] for p in job["spec"]["policies"]} == \
-        {"PodEvicted": "RestartJob", "PodFailed": "RestartJob"}
+    # a lost pod restarts alone (core.kubernetes.watcher_manifests.pod_policies): no job-wide restart
+    assert tasks["master"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"},
+                                           {"event": "PodEvicted", "action": "RestartPod"}]
+    assert all(t["policies"][-1] == {"event": "PodEvicted", "action": "RestartPod"} for t in tasks.values())
+    assert "policies" not in job["spec"]
     assert job["spec"]["plugins"]["svc"] == ["--publish-not-ready-addresses"]
     anti = tasks["worker-cpu"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert anti["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"] == \
@@ -144,7 +146,7 @@ def test_admission_checker_finds_what_the_webhook_would_refuse():
     bad["spec"]["tasks"][0]["minAvailable"] = 2
     bad["spec"]["minAvailable"] = 99
     bad["spec"]["plugins"]["horovod"] = []
-    bad["spec"]["policies"].append({"event": "PodFailed", "action": "Reboot"})
+    bad["spec"]["policies"] = [{"event": "PodFailed", "action": "Reboot"}]
     errors = admission_errors(bad)
     assert any("duplicate task name" in e for e in errors)
     assert any("minAvailable 2 > replicas 1" in e for e in errors)
@@ -155,7 +157,7 @@ def test_admission_checker_finds_what_the_webhook_would_refuse():
 
 def test_schema_catches_a_malformed_job(job_validator):
     job = render_volcano_job("ws-1", make_spec(), CLUSTER, HETEROGENEOUS[:1])
-    job["spec"]["policies"][0]["event"] = "PodExploded"
+    job["spec"]["tasks"][0]["policies"][0]["event"] = "PodExploded"
     job["spec"]["tasks"][0]["replicas"] = "two"
     messages = [e.message for e in job_validator.iter_errors(job)]
     assert any("PodExploded" in m for m in messages) and any("'two'" in m for m in messages)

@@ -96,7 +96,8 @@ def _render(workspace: str, namespace: str = "team") -> tuple[dict, dict]:
     out = render_manifests(workspace, make_spec(workers=3), Cluster("dc", "geotrain"), TWO_DATACENTERS,
                            namespace, {})
     (policy,) = [m for m in out if m["kind"] == "NetworkPolicy"]
-    assert [m["kind"] for m in out][-2:] == ["NetworkPolicy", "Job"]  # fenced before any pod exists
+    kinds = [m["kind"] for m in out]
+    assert kinds.index("NetworkPolicy") < kinds.index("Deployment") < kinds.index("Job")  # fenced before any pod exists
     return policy, out[-1]
 
 

@@ -94,7 +94,8 @@ def test_the_pods_run_the_upstream_image_with_the_recipes_on_their_python_path(j
 
 def test_a_custom_image_gets_no_configmaps_and_no_install():
     out, job = _render(image="registry.example.com/team/recipes:2.0")
-    assert [m["kind"] for m in out] == ["ConfigMap", "NetworkPolicy", "Job"]  # the config only (and the fence)
+    assert [m["kind"] for m in out] == ["ConfigMap", "NetworkPolicy", "ConfigMap", "ServiceAccount", "Role",
+                                        "RoleBinding", "Deployment", "Job"]  # the config only (the fence, the watcher)
     for _, pod in pod_specs(job):
         assert "PYTHONPATH" not in _env(pod) and "GEOTRAIN_DEPS" not in _trainer(pod)["command"][2]
         assert "recipes-src" not in {v["name"] for v in pod["volumes"]}
@@ -166,7 +167,7 @@ def test_the_configmaps_are_created_and_deleted_with_the_workspace(fake, tmp_pat
     backend = KubernetesBackend(cluster)
     backend.deploy("ws-src", make_spec(cluster="dc", workers=2), {})
     names = sorted(n for (res, _, n) in fake.objects if res == "configmaps")
-    assert names == ["gt-ws-src-config", "gt-ws-src-recipes-0"]
+    assert names == ["gt-ws-src-config", "gt-ws-src-history", "gt-ws-src-recipes-0"]  # history: the watcher's
     stored = fake.objects[("configmaps", "default", "gt-ws-src-recipes-0")]
     assert any(v.startswith('"""') or "import" in v for v in stored["data"].values())
     fake.objects[("configmaps", "default", "other-app")] = {"metadata": {"name": "other-app", "labels": {}}}

@@ -1,0 +1,231 @@
+"""The workspace's watcher (recipes/watcher.py, core.kubernetes.watcher_manifests, issue 40).
+
+Must show: the only geotrain process outside the "cluster" is gone, and recovery still happens.
+The cluster is tests/kubernetes/fake_api_server.py (a stand-in: no API server runs here) playing
+the API server, kubelet and Volcano's syncJob (a deleted pod of a live job is made again, same
+name, new uid); the watcher runs as its own process, the entrypoint its Deployment runs, with
+the arguments rendered in that Deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import kubernetes_validate
+import psutil
+import pytest
+
+from core.backends.kubernetes import KubernetesBackend
+from core.domain.records import Cluster
+from core.kubernetes import watcher_history
+from core.kubernetes.admission import admission_errors
+from core.kubernetes.manifests import render_manifests
+from core.kubernetes.network_policy import WATCHER_LABEL
+from core.kubernetes.pod_security import violations
+from core.bootstrap import versions
+from tests.kubernetes.conftest import HETEROGENEOUS, job_validator, make_spec  # noqa: F401 (fixture)
+from tests.kubernetes.conftest import fake, kubeconfig, write_kubeconfig  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = versions.k8s_minor(versions.K3S_VERSION) + ".0"
+CLUSTER = Cluster(name="dc", kind="geotrain", config={"pod_security_enforce": "restricted"})
+
+
+def _render(workers: int = 3, **recovery) -> dict[str, dict]:
+    out = render_manifests("ws-w", make_spec(workers=workers, recovery=recovery), CLUSTER, HETEROGENEOUS,
+                           "team", {})
+    return {f"{m['kind']}/{m['metadata']['name']}": m for m in out}
+
+
+def test_the_watcher_objects_pass_upstream_checks_and_allow_only_its_own_calls(job_validator):
+    out = _render(workers=3, max_recoveries=5)
+    job = out["Job/gt-ws-w"]
+    assert not list(job_validator.iter_errors(job)) and admission_errors(job) == []
+    assert job["metadata"]["annotations"]["geotrain.io/watcher"] == "gt-ws-w-watcher"
+    assert job["spec"]["maxRetry"] == 5
+    deployment, role = out["Deployment/gt-ws-w-watcher"], out["Role/gt-ws-w-watcher"]
+    for kind in ("ConfigMap/gt-ws-w-history", "ServiceAccount/gt-ws-w-watcher", "Role/gt-ws-w-watcher",
+                 "RoleBinding/gt-ws-w-watcher", "Deployment/gt-ws-w-watcher"):
+        kubernetes_validate.validate(out[kind], K8S, strict=True)  # Kubernetes' own schemas, strict
+        assert out[kind]["metadata"]["namespace"] == "team"
+    pod = {**deployment["spec"]["template"]["spec"], "metadata": deployment["spec"]["template"]["metadata"]}
+    assert violations(pod, "restricted") == []  # the trainers' profile
+    labels = pod["metadata"]["labels"]
+    assert labels[WATCHER_LABEL] == "ws-w" and "geotrain.io/workspace" not in labels  # not counted as a trainer
+    fence = out["NetworkPolicy/gt-ws-w-peers"]["spec"]["ingress"][1]["from"][0]["podSelector"]["matchLabels"]
+    assert fence == {WATCHER_LABEL: "ws-w"}  # the fence admits it on the store ports
+    pods = [f"gt-ws-w-{t['name']}-{i}" for t in job["spec"]["tasks"] for i in range(t["replicas"])]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"], "resourceNames": pods},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"],
+         "resourceNames": ["gt-ws-w-history"]},
+        {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"], "verbs": ["get"], "resourceNames": ["gt-ws-w"]}]
+    command = pod["containers"][0]["command"]
+    assert command[:2] == ["/bin/sh", "-c"] and "$@" in command[2] and "gt-ws-w" not in command[2]
+    assert command[command.index("--max-recoveries") + 1] == "5"
+
+
+def _allowed(rules: list[dict], method: str, path: str) -> bool:
+    """Whether a request is one the Role allows (RBAC: verb, resource, name; list has no name)."""
+    parts = path.strip("/").split("/")
+    resource, name = (parts[-1], None) if parts[-1] in ("pods", "configmaps", "jobs") else (parts[-2], parts[-1])
+    verb = {"GET": "get" if name else "list", "PUT": "update", "DELETE": "delete", "POST": "create"}[method]
+    return any(resource in r["resources"] and verb in r["verbs"]
+               and (name is None and "resourceNames" not in r or name in r.get("resourceNames", [name]))
+               for r in rules)
+
+
+def _wait(check, what: str, timeout_s: float = 60.0):
+    """Poll until `check()` is truthy (what the watcher does takes a poll or two)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def _geotrain(*argv: str) -> subprocess.CompletedProcess:
+    """The user's geotrain, as its own process that ends."""
+    return subprocess.run([sys.executable, "-m", "core.cli", *argv], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+
+
+
+
+def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fake, kubeconfig, tmp_path):
+    fake.replace_deleted_pods = True  # the stand-in plays Volcano's syncJob
+    done = _geotrain("clusters", "add-kubernetes", "away", "--kubeconfig", kubeconfig)
+    assert done.returncode == 0, done.stderr
+    done = _geotrain("workspaces", "deploy", "distributed-training", "--cluster", "away", "--model", "gpt-neo",
+                     "--size", "tiny", "--workers", "2", "--steps", "20")
+    assert done.returncode == 0, done.stderr
+    (deployed,) = fake.jobs()
+    ws, job = deployed["metadata"]["annotations"]["geotrain.io/workspace-id"], deployed["metadata"]["name"]
+    deployment = fake.objects[("deployments", "default", f"{job}-watcher")]
+    role = fake.objects[("roles", "default", f"{job}-watcher")]
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    args = command[command.index("watcher") + 1:]  # what the pod passes as "$@"
+    master, worker = fake.add_pod(job, "master", 0), fake.add_pod(job, "worker", 0)
+    fake.set_job_phase(job, "Running")
+    first = {name: fake.objects[("pods", "default", name)]["metadata"]["uid"] for name in (master, worker)}
+    job_uid = fake.objects[("jobs", "default", job)]["metadata"]["uid"]
+    before = len(fake.requests)
+
+    # the cluster's only geotrain process from here on: the watcher, as its Deployment runs it
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    watcher = subprocess.Popen([sys.executable, "-m", "recipes.watcher", *args[:-2], "--poll-s", "0.2",
+                                "--api", fake.url], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        ours = [p for p in psutil.process_iter(["cmdline"]) if "core.cli" in " ".join(p.info["cmdline"] or [])]
+        assert ours == []  # no geotrain CLI or app is alive: the user's machine is "closed"
+        _wait(lambda: json.loads(fake.objects[("configmaps", "default", f"{job}-history")]["data"]
+                                 ["watcher.json"]).get("running") == 2, "the watcher's first look")
+
+        fake.end_container(worker, 137, reason="Error")  # the node took the worker down
+        replaced = _wait(lambda: (p := fake.objects.get(("pods", "default", worker)))
+                         and p["metadata"]["uid"] != first[worker] and p, "the replacement pod")
+        fake.start_container(worker)  # kubelet starts it
+        _wait(lambda: any(e["kind"] == "recovered" for e in _history_of(fake, job)), "the recovery written down")
+        assert watcher.poll() is None  # still watching
+    finally:
+        watcher.terminate()
+        output = watcher.communicate(timeout=30)[0]
+    assert "0 of 3 recoveries used" in output
+
+    history = _history_of(fake, job)
+    assert [e["kind"] for e in history] == ["recovery", "recovered"], history
+    assert history[0]["cause"] == "pod worker-0 failed: Error, exit code 137"
+    assert (history[0]["scope"], history[0]["attempt"], history[0]["budget"]) == ("pod", 1, 3)
+    assert history[1]["worker"] == "worker-0" and history[1]["downtime_s"] >= 0
+    # only the lost pod restarted: the master kept its pod, the job was never resubmitted
+    assert fake.objects[("pods", "default", master)]["metadata"]["uid"] == first[master]
+    assert replaced["metadata"]["uid"] != first[worker]
+    assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == job_uid
+    calls = [(m, p) for m, p, _ in fake.requests[before:]]
+    assert ("DELETE", f"/api/v1/namespaces/default/pods/{worker}") in calls
+    assert all(_allowed(role["rules"], m, p) for m, p in calls), calls  # nothing its Role does not allow
+
+    # the user's side comes back and only reads: the watcher's history, no resubmission
+    done = _geotrain("workspaces", "show", ws)
+    assert done.returncode == 0, done.stderr
+    assert "recovery: pod worker-0 failed: Error, exit code 137 — recovering worker-0 (pod, 1 of 3)" in done.stdout
+    assert "recovered: worker-0 running again after" in done.stdout
+    assert "watcher (in the cluster): last seen" in done.stdout and "1 of 3 recoveries used" in done.stdout
+    assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == job_uid
+
+
+def test_the_budget_is_kept_across_a_restarted_watcher_and_then_given_up(fake, tmp_path):
+    """A watcher that restarts reads its history back: the budget is never counted twice."""
+    from recipes.watcher import Api, Watcher
+
+    cluster = Cluster(name="dc", kind="kubernetes", kubeconfig_path=write_kubeconfig(tmp_path / "kc", fake.url),
+                      config={"context": "fake-ctx", "node_groups": [{"vendor": "cpu", "gpus": 0, "nodes": ["a", "b"]}]})
+    fake.replace_deleted_pods = True
+    KubernetesBackend(cluster).deploy("ws-b", make_spec(cluster="dc", workers=2, recovery={"max_recoveries": 1}), {})
+    fake.set_job_phase("gt-ws-b", "Running")
+    worker = fake.add_pod("gt-ws-b", "worker", 0)
+    first = Watcher(Api(fake.url), "default", "gt-ws-b", "gt-ws-b-history", 1)
+    first.poll()
+    fake.end_container(worker, 1)
+    first.poll()
+    assert [e["kind"] for e in _history_of(fake, "gt-ws-b")] == ["recovery"]
+    fake.start_container(worker)
+    fake.end_container(worker, 1)  # the replacement fails too; a new watcher takes over
+    second = Watcher(Api(fake.url), "default", "gt-ws-b", "gt-ws-b-history", 1)
+    assert second.used == 1
+    uid = fake.objects[("pods", "default", worker)]["metadata"]["uid"]
+    second.poll()
+    second.poll()
+    assert [e["kind"] for e in _history_of(fake, "gt-ws-b")] == ["recovery", "gave_up"]
+    assert fake.objects[("pods", "default", worker)]["metadata"]["uid"] == uid  # left as it is
+    assert KubernetesBackend(cluster).history("ws-b")[-1]["cause"] == "pod worker-0 failed: Error, exit code 1"
+
+
+def _history_of(fake, job: str) -> list[dict]:
+    return watcher_history.read_history(fake.objects[("configmaps", "default", f"{job}-history")])
+
+
+@pytest.mark.parametrize("planted", [
+    {"at": 1.0, "kind": "recovery", "cause": "x", "workers": ["w"], "scope": "pod", "attempt": "1", "budget": 3},
+    {"at": float("nan"), "kind": "gave_up", "cause": "x", "budget": 1},
+    {"at": 1.0, "kind": "exec", "cause": "x"},
+    {"at": 1.0, "kind": "recovered", "worker": "w", "downtime_s": True, "step": None, "steps_lost": None},
+    "not a mapping",
+])
+def test_a_history_entry_that_does_not_check_is_left_out(planted):
+    good = {"at": 2.0, "kind": "gave_up", "cause": "pod w \x1b[31mfailed\x07", "budget": 1}
+    config_map = {"data": {"history.json": json.dumps([planted, good])}}
+    assert watcher_history.read_history(config_map) == [
+        {"at": 2.0, "kind": "gave_up", "source": "watcher", "cause": "pod w failed ", "budget": 1}]
+    assert watcher_history.read_history({"data": {"history.json": "[" * 100_000}}) == []
+    assert watcher_history.read_state({"data": {"watcher.json": '{"updated_at": "soon"}'}}) is None
+
+
+def test_delete_removes_the_watcher_with_the_workspace(fake, tmp_path):
+    cluster = Cluster(name="dc", kind="kubernetes", kubeconfig_path=write_kubeconfig(tmp_path / "kc", fake.url),
+                      config={"context": "fake-ctx", "node_groups": [{"vendor": "cpu", "gpus": 0, "nodes": ["a", "b"]}]})
+    backend = KubernetesBackend(cluster)
+    backend.deploy("ws-d", make_spec(cluster="dc", workers=2), {})
+    kinds = {res for res, _, name in fake.objects if "watcher" in name or "history" in name}
+    assert kinds == {"configmaps", "serviceaccounts", "roles", "rolebindings", "deployments"}
+    backend.delete("ws-d")
+    assert [key for key in fake.objects if key[2].startswith("gt-ws-d")] == []
+    deleted = [p for m, p, _ in fake.requests if m == "DELETE"]
+    assert deleted.index("/apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/gt-ws-d") < \
+        deleted.index("/apis/apps/v1/namespaces/default/deployments/gt-ws-d-watcher")  # the job first
+
+
+def test_the_watcher_refuses_names_that_are_not_kubernetes_names():
+    done = subprocess.run([sys.executable, "-m", "recipes.watcher", "--namespace", "default", "--job",
+                           "gt-x; rm -rf /", "--history", "h", "--max-recoveries", "1", "--api", "http://127.0.0.1:9"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 2 and "is not a Kubernetes name" in done.stderr
