@@ -45,6 +45,8 @@ STATE_EVERY_S = 30.0  # the state's heartbeat, written even when nothing happene
 NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # DNS-1123 label: job, namespace, ConfigMap
 LOST_PHASES = ("Failed", "Unknown")  # Unknown: the pod's node stopped reporting
 ENDED_JOB_PHASES = ("Completed", "Failed", "Terminated", "Aborted")
+# recovery.keep_failed_pods (core/kubernetes/failed_pods.py): a failed pod stays where it failed, for a look
+KEEP_ANNOTATION = "geotrain.io/keep-failed-pods"
 
 
 def _text(value: Any) -> str:
@@ -103,6 +105,7 @@ class Watcher:
         self.known: dict[str, str] = {}  # pod name -> uid last seen
         self.state: dict[str, Any] = {}
         self.written_at = 0.0
+        self.keep = False
         self._load()
 
     # history ------------------------------------------------------------------------------
@@ -155,6 +158,7 @@ class Watcher:
         if job is None:
             return True  # not made yet (the watcher is created first), or deleted: the Deployment goes with it
         phase = str(((job.get("status") or {}).get("state") or {}).get("phase") or "Pending")
+        self.keep = ((job.get("metadata") or {}).get("annotations") or {}).get(KEEP_ANNOTATION) == "true"
         selector = urllib.parse.quote(f"volcano.sh/job-name={self.job}")
         pods = (self.api.checked("GET", f"{self.core}/pods?labelSelector={selector}") or {}).get("items") or []
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
@@ -189,6 +193,9 @@ class Watcher:
     def _lost(self, pod: dict, name: str, uid: str, now: float) -> None:
         cause = f"pod {self._label(name)} {failure(pod)}"
         self.handled.add(uid)
+        if self.keep:
+            self._record("kept", cause=cause, uid=uid)
+            return
         if self.used >= self.budget:
             self._record("gave_up", cause=cause, budget=self.budget, uid=uid)
             return

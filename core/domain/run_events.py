@@ -305,6 +305,8 @@ def describe_record(event: dict) -> str:
                 f" {event['downtime_s']:.1f}s, {event['steps_lost']} steps lost")
     if event["kind"] == "gave_up":
         return f": {event['cause']} — retry budget of {event['budget']} spent"
+    if event["kind"] == "kept":
+        return f": {event['cause']} — kept for a look (recovery.keep_failed_pods), not replaced"
     if event["kind"] == "state":
         return f": {event.get('status')}" + (f" ({event['reason']})" if event.get("reason") else "")
     return ""

@@ -20,6 +20,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "recovered": {"worker": (str,), "downtime_s": (int, float), "step": (int, type(None)),
                   "steps_lost": (int, type(None))},
     "gave_up": {"cause": (str,), "budget": (int,)},
+    "kept": {"cause": (str,)},  # recovery.keep_failed_pods: the failed pod left for a look
 }
 STATE_FIELDS = {"updated_at": (int, float), "used": (int,), "budget": (int,), "job_phase": (str,),
                 "pods": (int,), "running": (int,)}

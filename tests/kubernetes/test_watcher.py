@@ -229,3 +229,24 @@ def test_the_watcher_refuses_names_that_are_not_kubernetes_names():
                            "gt-x; rm -rf /", "--history", "h", "--max-recoveries", "1", "--api", "http://127.0.0.1:9"],
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2 and "is not a Kubernetes name" in done.stderr
+
+
+def test_a_failed_pod_kept_for_a_look_is_left_where_it_failed(fake, tmp_path):
+    """recovery.keep_failed_pods (core/kubernetes/failed_pods.py): the watcher writes it down, deletes nothing."""
+    from recipes.watcher import Api, Watcher
+
+    cluster = Cluster(name="dc", kind="kubernetes", kubeconfig_path=write_kubeconfig(tmp_path / "kc", fake.url),
+                      config={"context": "fake-ctx", "node_groups": [{"vendor": "cpu", "gpus": 0, "nodes": ["a", "b"]}]})
+    fake.replace_deleted_pods = True
+    KubernetesBackend(cluster).deploy("ws-k", make_spec(cluster="dc", workers=2), {})
+    annotations = fake.objects[("jobs", "default", "gt-ws-k")]["metadata"]["annotations"]
+    annotations["geotrain.io/keep-failed-pods"] = "true"  # as core.kubernetes.failed_pods marks the job
+    worker = fake.add_pod("gt-ws-k", "worker", 0)
+    uid = fake.objects[("pods", "default", worker)]["metadata"]["uid"]
+    watcher = Watcher(Api(fake.url), "default", "gt-ws-k", "gt-ws-k-history", 3)
+    fake.end_container(worker, 1)
+    watcher.poll()
+    assert [(e["kind"], e["cause"]) for e in _history_of(fake, "gt-ws-k")] == \
+        [("kept", "pod worker-0 failed: Error, exit code 1")]
+    assert fake.objects[("pods", "default", worker)]["metadata"]["uid"] == uid
+    assert not any(m == "DELETE" for m, _, _ in fake.requests)
