@@ -23,7 +23,8 @@ def context(plan: ClusterPlan, target: NodeTarget) -> policy.Context:
     return policy.Context(ours=bool(target.state),
                           ports=policy.needed_ports(target.spec.role, plan.vpn, plan.listen_port),
                           wg_port=plan.listen_port, wg_interface=plan.interface,
-                          min_disk_gb=plan.min_disk_gb, k3s_version=plan.k3s.version)
+                          min_disk_gb=plan.min_disk_gb, k3s_version=plan.k3s.version,
+                          default_images=not plan.image)
 
 
 def containerd_blockers(plan: ClusterPlan, facts: dict, steps: list[str]) -> list[str]:

@@ -44,7 +44,10 @@ def register(groups) -> None:
     p.add_argument("--insecure-skip-checksum", action="store_true",
                    help="install release files no pinned or given sha256 vouches for")
     p.add_argument("--pull-images", action="store_true",
-                   help="pull the workspace image into every node's containerd (the `images` step)")
+                   help="pull the workspace image into every node's containerd (the `images` step; "
+                   "the default when no --image and no --k3s-bundle is given)")
+    p.add_argument("--no-pull-images", action="store_true",
+                   help="leave the images step out: each node pulls its image when a first workspace starts")
     p.add_argument("--image", metavar="REF", help="the cluster's own workspace image (default: the "
                    "upstream PyTorch image per GPU vendor, with the recipes delivered by geotrain)")
     p.add_argument("--dry-run", action="store_true", help="print every command per node; run none")
@@ -143,7 +146,9 @@ def cmd_deploy(args) -> int:
         plan.k3s.sha256 = {**plan.k3s.sha256, **parse_given(args.sha256, plan.k3s.version)}
     if args.insecure_skip_checksum:
         plan.k3s.insecure_skip_checksum = True
-    if args.pull_images:
+    # The default images are 10-50 GB (core.domain.image_sizes): pulled at deploy, not while a
+    # first workspace's rendezvous waits. A team's own image or an air-gapped site: asked for only.
+    if args.pull_images or not (args.no_pull_images or args.image or args.k3s_bundle):
         plan.prepull = True
     if args.image:
         plan.image = validate_image(args.image)

@@ -73,6 +73,8 @@ def test_node_facts_and_blockers_from_recorded_output():
     assert status_for(facts, "c") == ("IN_CLUSTER", [])  # our own WireGuard holds it there
     facts["docker"] = {"engine": True, "evidence": ["running dockerd"]}
     facts["disk"]["var_lib_free_gb"] = 1.0
+    plan.image = "registry.example.com/team/recipes:2.0"  # the base floor, as the pool judges (default
+    # images add their own size: tests/nodes/test_disk_floors.py)
     found = preflight.blockers(plan, target, facts)
     assert any("Docker engine" in b for b in found) and any("1.0 GB free" in b for b in found)
     assert status_for(facts, None)[1] == found

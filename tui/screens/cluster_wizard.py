@@ -64,8 +64,8 @@ class ClusterWizardScreen(GeotrainScreen):
                 yield Checkbox("WireGuard mesh between the nodes (VPN)", True, id="vpn")
                 yield Label("Mesh subnet (empty: the default)")
                 yield Input(placeholder="10.90.0.0/24", id="subnet")
-                yield Checkbox("Pull the workspace image on every node (several GB each)", False,
-                               id="prepull")
+                yield Checkbox("Pull the workspace image on every node now (10-50 GB each; off: at the first workspace)",
+                               True, id="prepull")
                 yield Label("Air-gap bundle dir for nodes without internet (empty: download k3s)")
                 yield Input(placeholder="/path/to/k3s-bundle", id="k3s-bundle")
                 yield ReleaseChecksums(id="checksums")
