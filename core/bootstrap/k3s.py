@@ -188,12 +188,16 @@ def unit_fields(role: str) -> dict[str, list[str]]:
 
 
 def render_unit(plan: ClusterPlan, role: str) -> str:
+    """k3s's unit. With the mesh, k3s binds node-ip and flannel-iface to the WireGuard interface,
+    so it starts after wg-quick@IFACE (wireguard_boot enables it): Wants= pulls it in, After=
+    orders the start (systemd.unit(5)); without it k3s restart-loops at boot until the mesh is up."""
     service = "".join(f"{key}={value}\n" for key, values in unit_fields(role).items()
                       for value in values)
     exec_start = " ".join(shlex.quote(part) for part in service_command(plan, role))
+    needs = "network-online.target containerd.service" + (f" wg-quick@{plan.interface}.service" if plan.vpn else "")
     return ("[Unit]\nDescription=Lightweight Kubernetes (k3s, geotrain)\n"
-            "Documentation=https://k3s.io\nWants=network-online.target containerd.service\n"
-            "After=network-online.target containerd.service\n\n[Install]\n"
+            f"Documentation=https://k3s.io\nWants={needs}\n"
+            f"After={needs}\n\n[Install]\n"
             "WantedBy=multi-user.target\n\n[Service]\n"
             f"{service}ExecStart={exec_start}\n")
 

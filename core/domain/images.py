@@ -44,6 +44,9 @@ NGC_PYTORCH = "nvcr.io/nvidia/pytorch:25.04-py3"
 # The platforms each default image is published for (sources in the module docstring).
 IMAGE_ARCHES = {UPSTREAM_IMAGES["nvidia"]: ("amd64",), UPSTREAM_IMAGES["amd"]: ("amd64",),
                 NGC_PYTORCH: ("amd64", "arm64")}
+# The CUDA release each default NVIDIA image is built with (its tag; NGC 25.04's release notes),
+# which sets the driver it needs (core.requirements.cuda_driver).
+IMAGE_CUDA = {UPSTREAM_IMAGES["nvidia"]: "12.8", NGC_PYTORCH: "12.9"}
 # (vendor, arch) -> the default image: the amd64 images above, NGC's multi-arch build on arm64.
 DEFAULT_IMAGES = {**{(vendor, "amd64"): image for vendor, image in UPSTREAM_IMAGES.items()},
                   ("nvidia", "arm64"): NGC_PYTORCH, ("cpu", "arm64"): NGC_PYTORCH}

@@ -270,7 +270,7 @@ def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Clu
     _harden_pod(spec, cluster, group)
     runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
     if runtime_class is None and group.vendor == "nvidia" and cluster.kind == "geotrain":
-        runtime_class = "nvidia"  # k3s registers it when it finds the NVIDIA container runtime
+        runtime_class = "nvidia"  # made by k3s (manifests/runtimes.yaml); handler: our containerd's
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
     labels = {WORKSPACE_LABEL: label_value(workspace_id), **MANAGED}

@@ -6,7 +6,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from core.domain.records import WorkspaceSpec
+from core.domain.architectures import node_arch
+from core.domain.images import custom_image, image_for
+from core.domain.records import Cluster, WorkspaceSpec
+from core.errors import InvalidInput
+from core.requirements.cuda_driver import driver_findings
 from core.kubernetes.datacenter_tasks import asked_datacenters
 from core.requirements.hub_access import dataset_access
 from core.requirements.machine import judge
@@ -25,6 +29,8 @@ def check_before_deploy(store: Store, spec: WorkspaceSpec, tokens: dict[str, str
     local_copy = _local_copy(spec.config) if cluster.kind == "local" else None
     for machine in used:
         findings += judge(machine.name, machine.facts, _needs(spec, machine, local_copy), machine.local)
+        if not machine.local:
+            findings += driver_findings(machine.name, machine.facts, _image(spec, cluster, machine))
     dataset = dataset_of(spec.config)
     if dataset and dataset.gated_repo:
         if local_copy:
@@ -41,6 +47,14 @@ def _needs(spec: WorkspaceSpec, machine: Machine, local_copy: Path | None):
     needs = needs_for(spec.config, spec.model, spec.size, spec.steps, machine.processes,
                       machine.vendor, machine.local)
     return dataclasses.replace(needs, dataset_gb=0.0) if local_copy else needs
+
+
+def _image(spec: WorkspaceSpec, cluster: Cluster, machine: Machine) -> str:
+    """The image this machine's pods run ("" where none can: the deploy refuses that itself)."""
+    try:
+        return image_for(machine.vendor, custom_image(spec.image, cluster.config), node_arch(machine.facts)).image
+    except InvalidInput:
+        return ""
 
 
 def _local_copy(config: dict) -> Path | None:
