@@ -37,6 +37,7 @@ from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
+from core.kubernetes.failed_pods import keep_failed_pods, keeps_failed_pods
 from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, failure, init_log_wanted,
                                         first_failures, master_exit_code, pod_phase, unschedulable_message,
                                         worker_detail)
@@ -100,6 +101,7 @@ class KubernetesBackend(PodDrilldown, Backend):
         manifests = render_manifests(workspace_id, spec, self.cluster, self._groups(),
                                      self.namespace, tokens, settings)
         manifests = with_pull_secret(manifests, workspace_id, spec.image or "", registry)
+        keep_failed_pods(manifests[-1], spec.recovery)
         problems = admission_errors(manifests[-1])
         if problems:
             raise BackendError(f"the rendered Volcano job would be refused: {problems[0]}",
@@ -160,8 +162,8 @@ class KubernetesBackend(PodDrilldown, Backend):
         """A pod that went Failed, or a job Volcano gave up on: submit the job again. Its
         pods mount the same checkpoint volume, so training resumes from the newest checkpoint."""
         job = self._job(workspace_id)
-        if job is None or state.status == Status.COMPLETED.value:
-            return None
+        if job is None or state.status == Status.COMPLETED.value or keeps_failed_pods(job):
+            return None  # keeps_failed_pods: recovery.keep_failed_pods, the failed pod stays for a look
         if WATCHED_ANNOTATION in (job["metadata"].get("annotations") or {}):
             return None  # its watcher, in the cluster, replaces lost pods (recipes/watcher.py)
         phase = ((job.get("status") or {}).get("state") or {}).get("phase", "")

@@ -124,6 +124,7 @@ class LocalBackend(Backend):
                   "workers": spec.workers,
                   "max_recoveries": RecoverySettings.from_dict(spec.recovery).max_recoveries,
                   "standby": RecoverySettings.from_dict(spec.recovery).standby,
+                  "keep_failed": RecoverySettings.from_dict(spec.recovery).keep_failed_pods,
                   "env": self._env(workspace_id, spec, "WANDB_API_KEY" in secret_refs),
                   "secret_refs": secret_refs, "secrets_path": str(paths.secrets_path())}
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))

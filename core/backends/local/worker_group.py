@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from core.backends.local.kept_failures import keep_failure, log_size
 from core.backends.local.private_stores import GROUP_STORE_ENV, store_file
 from core.backends.local.run_history import RunHistory
 from core.domain.line_splitter import LineSplitter
@@ -81,12 +82,16 @@ class WorkerGroup:
                          GROUP_STORE_ENV: str(store),
                          "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")})
         self.procs: dict[int, subprocess.Popen] = {}
+        self.attempt = attempt
+        self.failed: tuple[int, int] | None = None  # (rank, exit code) of the first to fail
 
     def run(self) -> tuple[int, str]:
         """(exit code, the first failure as 'worker-N exited with code C'; '' on success)."""
         threads = []
+        since = {rank: log_size(self.run_dir, f"worker-{rank}") for rank in range(self.workers)}
         for rank in range(self.workers):
-            proc = subprocess.Popen(self.launch["worker_argv"], cwd=self.run_dir,
+            # a custom-training command runs in the directory its user named (launch["cwd"])
+            proc = subprocess.Popen(self.launch["worker_argv"], cwd=self.launch.get("cwd") or self.run_dir,
                                     env=dict(self.env, RANK=str(rank), LOCAL_RANK=str(rank)),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -99,6 +104,10 @@ class WorkerGroup:
         code, failure = self._watch()
         for thread in threads:
             thread.join(timeout=5)
+        if self.failed is not None and self.launch.get("keep_failed"):  # recovery.keep_failed_pods
+            rank, failed_code = self.failed
+            keep_failure(self.run_dir, f"worker-{rank}", since[rank], failed_code, describe_exit(failed_code),
+                         self.procs[rank].pid, self.attempt)
         return code, failure
 
     def _watch(self) -> tuple[int, str]:
@@ -106,7 +115,7 @@ class WorkerGroup:
             codes = {rank: proc.poll() for rank, proc in self.procs.items()}
             failed = sorted((r, c) for r, c in codes.items() if c not in (None, 0))
             if failed:
-                rank, code = failed[0]
+                rank, code = self.failed = failed[0]
                 self._stop()
                 return code, f"worker-{rank} {describe_exit(code)}"
             if all(c == 0 for c in codes.values()):

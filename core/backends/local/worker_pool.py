@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from core.backends.local.kept_failures import keep_failure, log_size
 from core.backends.local.private_stores import ELASTIC_STORE_ENV, store_file
 from core.backends.local.run_history import RunHistory
 from core.backends.local.worker_group import describe_exit, pump_output, write_pids
@@ -42,6 +43,7 @@ class WorkerPool:
         self.stopping = False
         self.spare: subprocess.Popen | None = None
         self.use_spare = bool(launch.get("standby", True))
+        self.since: dict[int, int] = {}  # rank -> its log's size when its current process started
 
     # processes ----------------------------------------------------------------
     def _new_store(self) -> None:
@@ -55,6 +57,7 @@ class WorkerPool:
                 "TORCHELASTIC_RESTART_COUNT": str(self.incarnation[rank])}
 
     def _start_worker(self, rank: int) -> None:
+        self.since[rank] = log_size(self.run_dir, f"worker-{rank}")
         spare, self.spare = self.spare, None
         if spare is not None and spare.poll() is None:
             orders = {"env": self._worker_env(rank), "argv": self.launch["worker_argv"][-2:]}
@@ -134,6 +137,10 @@ class WorkerPool:
 
     def _recover(self, failed: dict[int, int], noticed: float) -> int | None:
         """Restart what failed; the exit code to end with when the budget is spent."""
+        if self.launch.get("keep_failed"):  # recovery.keep_failed_pods: each failed process's own output
+            for rank, code in sorted(failed.items()):
+                keep_failure(self.run_dir, f"worker-{rank}", self.since.get(rank, 0), code, describe_exit(code),
+                             self.procs[rank].pid, self.incarnation[rank])
         alive = [r for r, p in self.procs.items() if p.poll() is None]
         whole = not alive and not self.done
         names = [f"worker-{r}" for r in sorted(failed)]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from core.backends.base import ShellTarget, WorkerProcess
+from core.backends.local.kept_failures import read_kept
 from core.backends.local.run_history import read_history, read_phase
 from core.backends.local.supervisor import MARKER
 from core.domain.run_events import describe_record, natural_key
@@ -74,11 +75,12 @@ def _event_line(record: dict) -> str:
 def _log_tail(path: Path) -> list[str]:
     try:
         with open(path, "rb") as handle:
-            handle.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
-            text = handle.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
+            start = max(0, path.stat().st_size - LOG_TAIL_BYTES)
+            handle.seek(start)
+            lines = handle.read(LOG_TAIL_BYTES).decode("utf-8", "replace").splitlines()
     except OSError:
         return []
-    return [printable(line)[:200] for line in text.splitlines()[1:][-LOG_LINES_SHOWN:]]
+    return [printable(line)[:200] for line in lines[1 if start else 0:][-LOG_LINES_SHOWN:]]  # a cut first line out
 
 
 def _process_detail(proc) -> list[tuple[str, str]]:
@@ -112,7 +114,18 @@ def list_processes(run_dir: Path, workspace_id: str) -> list[WorkerProcess]:
             for name in sorted(names, key=natural_key)]
     if "spare" in pids and (proc := _our_process(pids["spare"], workspace_id, "spare")) is not None:
         rows.append(WorkerProcess("spare", None, "STANDBY", proc.pid, detail=_process_detail(proc)))
-    return rows
+    return rows + [_kept_row(kept) for kept in read_kept(run_dir)]
+
+
+def _kept_row(kept: dict) -> WorkerProcess:
+    """A failed worker process kept by recovery.keep_failed_pods (core.backends.local.kept_failures)."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(kept["at"]))
+    log = Path(kept["path"]) / "output.log"
+    detail = [("process", printable(f"{kept.get('how', '')}, at {when}")[:200]),
+              ("pid", str(kept.get("pid"))), ("kept in", kept["path"]), ("output", str(log))]
+    detail += [("last output", line) for line in _log_tail(log)]
+    return WorkerProcess(kept["name"], None, "FAILED (kept)", None, events=[printable(f"{when} exited: {kept.get('how', '')}")[:300]],
+                         detail=detail)
 
 
 def _row(run_dir: Path, workspace_id: str, name: str, pids: dict[str, int], known: dict, history: list[dict],
