@@ -15,6 +15,7 @@ from core.domain import limits
 
 
 from core.domain import metric_rows, recipe_catalog
+from core.domain.custom_training import CUSTOM_MODEL, CUSTOM_SIZE, CUSTOM_TRAINING, parse_command
 from core.backends import backend_for
 from core.backends.base import Backend, LaunchPlan, ShellTarget, WorkerProcess, WorkspaceState
 from core.state.cluster_records import get_cluster
@@ -47,6 +48,9 @@ class DeployRequest:
     config_source: str = "--config"
     sets: tuple[str, ...] = ()
     recovery: dict[str, Any] | None = None
+    template: str = "distributed-training"
+    command: str | None = None  # custom-training: what each worker runs (shlex words, never a shell)
+    workdir: str | None = None  # custom-training: where it runs
 
 
 class WorkspaceService:
@@ -61,6 +65,8 @@ class WorkspaceService:
         base: dict[str, Any] = {}
         if req.config_text is not None:
             base = self._from_file(req.config_text, req.config_source)
+        if CUSTOM_TRAINING in (req.template, base.get("template")):
+            return self._build_custom(req, base)
         chosen = {k: getattr(req, k) for k in DEFAULTS if getattr(req, k) is not None}
         fields = {**DEFAULTS, **{k: v for k, v in base.items() if k in DEFAULTS}, **chosen}
         self._check_counts(fields, req.cluster)
@@ -91,6 +97,22 @@ class WorkspaceService:
         self.validate_config(spec)
         return spec
 
+    def _build_custom(self, req: DeployRequest, base: dict[str, Any]) -> WorkspaceSpec:
+        """custom-training: the user's command in their workdir; the preset and steps are only what the
+        command is told (GEOTRAIN_PRESET, GEOTRAIN_STEPS: geotrain_loop's defaults)."""
+        if req.sets or (base and base.get("template") != CUSTOM_TRAINING):
+            raise InvalidInput("--set and a training --config describe a catalog run, not your command",
+                               "pass your settings in --command, or deploy distributed-training")
+        chosen = {k: getattr(req, k) for k in ("preset", "workers", "steps") if getattr(req, k) is not None}
+        fields = {k: v for k, v in {**DEFAULTS, **base, **chosen}.items() if k not in ("model", "size", "config")}
+        self._check_counts(fields, req.cluster)
+        recipe_catalog.check_choice("preset", fields["preset"], list(recipe_catalog.presets()),
+                                    "--gradient-compression")
+        given = {"command": parse_command(req.command) if req.command is not None else None,
+                 "workdir": req.workdir, "image": req.image, "recovery": req.recovery}
+        return WorkspaceSpec.from_dict({**fields, **{k: v for k, v in given.items() if v}, "cluster": req.cluster,
+                                        "model": CUSTOM_MODEL, "size": CUSTOM_SIZE, "template": CUSTOM_TRAINING})
+
     def _check_counts(self, fields: dict[str, Any], cluster: str) -> None:
         """Workers and steps within what can run: a local cluster by this machine's size."""
         if isinstance(fields["steps"], int):
@@ -109,7 +131,7 @@ class WorkspaceService:
         data = load_yaml(text, source)
         if not isinstance(data, dict):
             raise FieldError(source, "a YAML mapping", type(data).__name__)
-        if "config" in data and "workers" in data:
+        if "config" in data and "workers" in data or data.get("template") == CUSTOM_TRAINING:
             return dict(WorkspaceSpec.from_dict({**DEFAULTS, "cluster": "local", **data}).to_dict())
         base = {k: data[k] for k in ("model", "size", "steps") if k in data}
         if "gradient_compression" in data:
@@ -119,6 +141,8 @@ class WorkspaceService:
     def validate_config(self, spec: WorkspaceSpec) -> None:
         from core.schema.training_config import config_errors
 
+        if spec.template == CUSTOM_TRAINING:
+            return  # the command's own settings are its own; the spec's fields were checked by from_dict
         errors = config_errors(spec.config)
         if errors:
             first = errors[0]

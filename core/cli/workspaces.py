@@ -32,6 +32,10 @@ def register(groups) -> None:
     p.add_argument("--datacenters", type=int, metavar="K",
                    help="split the workers evenly into K datacenters: hierarchical DiLoCo (same as --set datacenters=K)")
     p.add_argument("--image", help="container image (Kubernetes clusters)")
+    p.add_argument("--command", help="custom-training: what each worker runs, e.g. \"python train.py\" "
+                   "(split into words, never run by a shell; RANK, WORLD_SIZE and GEOTRAIN_OUT_DIR in its environment)")
+    p.add_argument("--workdir", metavar="DIR", help="custom-training: the directory the command runs in "
+                   "(on Kubernetes shipped to the pods: source files only, at most 4 MiB)")
     p.add_argument("--registry-user", metavar="USER", help="user at a private --image registry; the password "
                    "from GEOTRAIN_REGISTRY_PASSWORD or a hidden prompt (never argv); pods pull with a pull Secret")
     p.add_argument("--wandb-token", help="W&B API key; offline without. On the command line every local user "
@@ -149,7 +153,8 @@ def cmd_deploy(args) -> int:
 
     service = WorkspaceService()
     req = DeployRequest(cluster=args.cluster, model=args.model, size=args.size, preset=args.preset,
-                        workers=args.workers, steps=args.steps, image=args.image,
+                        workers=args.workers, steps=args.steps, image=args.image, template=args.template,
+                        command=args.command, workdir=args.workdir,
                         sets=tuple(args.sets) + ((f"datacenters={args.datacenters}",) if args.datacenters is not None else ()))
     if args.config:
         req.config_text = read_config_file(args.config)

@@ -14,6 +14,9 @@ MAX_STEPS = 1_000_000_000
 MAX_TIMEOUT_S = 3600.0
 LOCAL_WORKERS_PER_CPU = 4  # a tiny-model worker mostly waits on its peers; more thrash the machine
 LOCAL_WORKER_MEMORY = 512 * 1024 * 1024  # bytes a tiny-model worker needs at least
+# What geotrain ships to pods as source (the recipes, a custom-training --workdir): per file, and in all
+DELIVERY_FILE_BYTES = 256 << 10
+DELIVERY_TOTAL_BYTES = 4 << 20
 
 
 def local_worker_limit() -> int:

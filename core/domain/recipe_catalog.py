@@ -12,7 +12,8 @@ from typing import Any
 
 from core.errors import InvalidInput
 
-TEMPLATES = ("distributed-training",)  # what a workspace can run: the recipes' distributed training
+# what a workspace can run: the recipes' distributed training, or the user's own command (core.domain.custom_training)
+TEMPLATES = ("distributed-training", "custom-training")
 
 
 def package_root() -> Path:

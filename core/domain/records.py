@@ -81,6 +81,8 @@ class WorkspaceSpec:
     tokens: dict[str, str] = field(default_factory=dict)
     image: str | None = None
     recovery: dict[str, Any] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    workdir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

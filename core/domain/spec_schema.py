@@ -48,12 +48,28 @@ class WorkspaceSpecSchema(BaseModel):
     """Container image for Kubernetes clusters; null: the release's recipes image."""
     recovery: dict[str, Any] = Field(default_factory=dict)
     """Checkpoint location and automatic recovery (core.domain.recovery.RecoverySettings)."""
+    command: list[Name] = Field(default_factory=list, max_length=64)
+    """custom-training: the command each worker runs, as argv (never through a shell)."""
+    workdir: Optional[Name] = None
+    """custom-training: the directory the command runs in (shipped to pods, size-bounded)."""
 
     @model_validator(mode="before")
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
         """`image: null` takes the default; a required field set to null counts as missing."""
         return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _custom_command_checked(self) -> "WorkspaceSpecSchema":
+        from core.domain.custom_training import CUSTOM_TRAINING, check_workdir, parse_command
+
+        if self.template == CUSTOM_TRAINING:
+            self.command = parse_command(self.command)
+            self.workdir = check_workdir(self.workdir)
+        elif self.command or self.workdir:
+            raise FieldError("command", "no command", self.command or self.workdir,
+                             "command and workdir belong to a custom-training workspace")
+        return self
 
     @model_validator(mode="after")
     def _recovery_checked(self) -> "WorkspaceSpecSchema":

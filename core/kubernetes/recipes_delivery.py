@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.domain.limits import DELIVERY_FILE_BYTES, DELIVERY_TOTAL_BYTES
 from core.domain.recovery import check_host_path
+from core.domain.source_files import bounded_files
 from core.errors import FieldError, InvalidInput
 from core.kubernetes.pod_security import POD_SECURITY_KEY
 
@@ -52,8 +52,8 @@ PUBLIC_HUB_DATASETS = (None, "allenai/c4")  # data.hub_name values whose text ma
 PART_LABEL = "geotrain.io/part"
 SOURCE_SUFFIXES = (".py", ".yaml", ".lock")
 LOCK_FILE = "recipes/requirements.lock"  # pip-compile --generate-hashes of recipes/requirements.in
-MAX_FILE_BYTES = 256 << 10
-MAX_TOTAL_BYTES = 4 << 20
+MAX_FILE_BYTES = DELIVERY_FILE_BYTES  # the bounds a custom-training --workdir shares (core.domain.limits)
+MAX_TOTAL_BYTES = DELIVERY_TOTAL_BYTES
 CONFIG_MAP_BYTES = 900 << 10  # under the API server's 1 MiB per object, with room for metadata
 KEY_RE = re.compile(r"[^-._a-zA-Z0-9]")
 # What the recipes import beyond torch and the standard library (recipes/Dockerfile installs
@@ -117,30 +117,19 @@ def recipes_root() -> Path:
 def recipes_files(root: Path | None = None) -> list[SourceFile]:
     """The package's .py and .yaml files, sorted; symlinks and caches skipped, sizes limited."""
     root = root or recipes_root()
-    found, total = [], 0
-    for directory, dirs, files in os.walk(root, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__"))
-                         and not os.path.islink(os.path.join(directory, d)))
-        for name in sorted(files):
-            full = Path(directory, name)
-            info = full.lstat()
-            if not name.endswith(SOURCE_SUFFIXES) or not stat.S_ISREG(info.st_mode):
-                continue  # symlinks (lstat) and anything that is not a plain file stay home
-            if info.st_size > MAX_FILE_BYTES:
-                raise InvalidInput(f"recipes file {full} is {info.st_size} bytes, over the "
-                                   f"{MAX_FILE_BYTES >> 10} KiB geotrain delivers per file",
-                                   "keep large data out of the recipes package, or deploy with --image")
-            total += info.st_size
-            if total > MAX_TOTAL_BYTES:
-                raise InvalidInput(f"the recipes package at {root} is over {MAX_TOTAL_BYTES >> 20} MiB",
-                                   "remove what is not source from it, or deploy with --image")
-            try:
-                text = full.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                raise InvalidInput(f"recipes file {full} is not UTF-8 text",
-                                   "fix or remove the file, or deploy with --image") from None
-            rel = full.relative_to(root.parent).as_posix()
-            found.append(SourceFile(rel, text))
+    files = bounded_files(root, SOURCE_SUFFIXES, lambda full, size: InvalidInput(
+        f"recipes file {full} is {size} bytes, over the {MAX_FILE_BYTES >> 10} KiB geotrain delivers per file",
+        "keep large data out of the recipes package, or deploy with --image"), lambda: InvalidInput(
+        f"the recipes package at {root} is over {MAX_TOTAL_BYTES >> 20} MiB",
+        "remove what is not source from it, or deploy with --image"))
+    found = []
+    for full in files:
+        try:
+            text = full.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"recipes file {full} is not UTF-8 text",
+                               "fix or remove the file, or deploy with --image") from None
+        found.append(SourceFile(full.relative_to(root.parent).as_posix(), text))
     return found
 
 

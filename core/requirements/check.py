@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from core.domain.architectures import node_arch
+from core.domain.custom_training import CUSTOM_TRAINING
 from core.domain.images import custom_image, image_for
 from core.domain.records import Cluster, WorkspaceSpec
 from core.errors import InvalidInput
@@ -44,8 +45,9 @@ def check_before_deploy(store: Store, spec: WorkspaceSpec, tokens: dict[str, str
 
 
 def _needs(spec: WorkspaceSpec, machine: Machine, local_copy: Path | None):
+    custom = spec.template == CUSTOM_TRAINING  # its model's size is its own: the workers' base needs only
     needs = needs_for(spec.config, spec.model, spec.size, spec.steps, machine.processes,
-                      machine.vendor, machine.local)
+                      machine.vendor, machine.local, params=0 if custom else None)
     return dataclasses.replace(needs, dataset_gb=0.0) if local_copy else needs
 
 

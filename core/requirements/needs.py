@@ -93,8 +93,9 @@ def _dataset_gb(config: dict[str, Any], processes: int, steps: int) -> float:
 
 
 def needs_for(config: dict[str, Any], model: str, size: str, steps: int, processes: int,
-              vendor: str, local: bool) -> Needs:
-    params = model_params(model, size)
+              vendor: str, local: bool, params: int | None = None) -> Needs:
+    """`params` for a model not in the catalog (a custom-training command: 0, its size unknown)."""
+    params = model_params(model, size) if params is None else params
     keep = (config.get("checkpoint") or {}).get("keep", 2)
     copies = (int(keep) if isinstance(keep, int) and keep > 0 else 1) + 1
     if local:

@@ -30,6 +30,7 @@ _topology = load("topology")
 _telemetry = load("telemetry")
 
 OUT_DIR_ENV = "GEOTRAIN_OUT_DIR"  # set by a custom-training workspace: where metrics.jsonl goes
+PRESET_ENV = "GEOTRAIN_PRESET"  # set by a custom-training workspace: its --gradient-compression
 # The config sections the loop reads; the rest (model, size, data, checkpoint) describe a catalog run.
 SECTIONS = {"gradient_compression", "algorithm", "steps", "datacenters", "seed", "out_dir", "diloco", "demo",
             "dist", "logging"}
@@ -97,10 +98,13 @@ def join(dist_keys: dict | None = None, device: str = "auto"):
 class Loop:
     """Wraps a model and its inner optimizer; call step() after each backward, finish() at the end."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, preset: str = "medium", *,
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, preset: str | None = None, *,
                  steps: int | None = None, config: dict | None = None, scheduler=None,
                  out_dir: str | os.PathLike | None = None, log_every: int | None = None) -> None:
-        """`log_every` steps between progress lines and metrics (default logging.log_every; 0: only log())."""
+        """`preset`: a name from recipes/presets.yaml (default: GEOTRAIN_PRESET, which a custom-training
+        workspace sets to its --gradient-compression, else medium). `log_every` steps between progress lines
+        and metrics (default logging.log_every; 0: only log())."""
+        preset = preset or os.environ.get(PRESET_ENV) or "medium"
         self.cfg = build_config(preset, config or {}, steps, optimizer)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.total = steps

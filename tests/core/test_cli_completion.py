@@ -50,7 +50,7 @@ def test_commands_and_names_complete_from_the_store(geotrain_home):
     assert _complete(geotrain_home, "geotrain clusters show ") == ["east", "local"]
     assert _complete(geotrain_home, "geotrain clusters add-node east ") == ["gpu-a", "gpu-b"]
     assert _complete(geotrain_home, "geotrain workspaces deploy distributed-training --cluster e") == ["east"]
-    assert _complete(geotrain_home, "geotrain workspaces deploy ") == ["distributed-training"]
+    assert _complete(geotrain_home, "geotrain workspaces deploy ") == ["distributed-training", "custom-training"]
     assert _complete(geotrain_home, "geotrain clusters deploy c1 --nodes gpu-a,") == ["gpu-a,gpu-b"]
 
 

@@ -13,7 +13,7 @@ def _one_line(capsys) -> str:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["workspaces", "deploy"], "Missing argument '{distributed-training}'"),
+    (["workspaces", "deploy"], "Missing argument '{distributed-training|custom-training}'"),
     (["workspaces", "deploy", "pretraining"], "'pretraining' is not"),
     (["workspaces", "list", "--colour"], "--colour"),
     (["nodes", "refresh", "--connect-timeout", "inf"], "--connect-timeout"),

@@ -18,10 +18,10 @@ BASE = dict(cluster="local", model="gpt-neo", size="tiny", preset="medium", work
 @pytest.mark.parametrize("change, said", [
     ({"workers": 0}, "workers: expected an integer ≥ 1, found 0 — use --workers 1 or more"),
     ({"zzz": 1, "aaa": 2}, "aaa: expected one of cluster, model, size, preset, workers, steps, template, "
-                           "config, tokens, image, recovery, found 'an unknown field' — remove or rename the field"),
+                           "config, tokens, image, recovery, command, workdir, found 'an unknown field' — remove or rename the field"),
     ({"model": None}, "model: expected a string, found None — set `model` in the spec"),
     ({"workers": True}, "workers: expected an integer, found True — use --workers 1 or more"),
-    ({"template": "x"}, "template: expected one of 'distributed-training', found 'x'"),
+    ({"template": "x"}, "template: expected one of 'distributed-training', 'custom-training', found 'x'"),
     ({"tokens": {"wandb": 5}}, "tokens.wandb: expected a valid string, found 5"),
     ({"config": [1]}, "config: expected a mapping, found [1] — the detailed config is a mapping"),
     ({"recovery": {"pvc": "a", "host_path": "/b"}},

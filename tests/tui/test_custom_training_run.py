@@ -1,0 +1,80 @@
+"""`custom-training` on `local` end to end, as the catalog workspace is tested: the user's own
+command (tests/examples/train_plain.py with geotrain_loop at medium) deployed from the CLI on 2
+real workers -> RUNNING -> its curves and both workers' logs in the app (Pilot) -> COMPLETED ->
+export -> delete, leaving no process and no file."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.backends.local.supervisor import workspace_processes
+from core.workspaces import WorkspaceService
+from tests.tui.waiting import on_screen, until
+from tui.app import make_app
+from tui.screens.workspace_detail import WorkspaceDetailScreen
+from tui.widgets.log_view import LogView
+from tui.widgets.loss_chart import LossChart
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 120
+
+
+def _wait(service, workspace_id, statuses, timeout=240):
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = service.status(workspace_id)
+        if state.status in statuses:
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"{workspace_id} never reached {statuses}; last {state}")
+
+
+@pytest.mark.slow
+def test_custom_training_deploy_running_curves_logs_export_delete(geotrain_home, tmp_path):
+    deployed = subprocess.run(
+        [sys.executable, "-m", "core.cli", "workspaces", "deploy", "custom-training", "--workers", "2", "--yes",
+         "--workdir", str(ROOT / "tests" / "examples"), "--json",
+         "--command", f"python train_plain.py --mode api --preset medium --steps {STEPS}"],
+        cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert deployed.returncode == 0, deployed.stderr
+    workspace_id = json.loads(deployed.stdout)["id"]
+    service = WorkspaceService()
+    spec = service.get(workspace_id).spec
+    assert (spec.template, spec.command[1:3]) == ("custom-training", ["train_plain.py", "--mode"])
+    assert _wait(service, workspace_id, {"RUNNING", "COMPLETED"}).status in ("RUNNING", "COMPLETED")
+
+    app = make_app(service, poll_seconds=0.5)
+
+    async def watch():
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.push_screen(WorkspaceDetailScreen(workspace_id))
+            await on_screen(pilot, WorkspaceDetailScreen)
+            view = app.screen.query_one(LogView)
+            await until(pilot, lambda: {w for w, *_ in view._lines} >= {"worker-0", "worker-1"}, 120)
+            await until(pilot, lambda: app.screen.query_one("#loss", LossChart).points != [], 120)
+            await until(pilot, lambda: app.screen.query_one("#bytes", LossChart).points[-1][1] > 0, 120)
+            return list(view._lines)
+    lines = asyncio.run(watch())
+    assert any("geotrain_loop: preset medium" in str(line) for line in lines)
+
+    state = _wait(service, workspace_id, {"COMPLETED", "FAILED"})
+    assert state.status == "COMPLETED", list(service.logs(workspace_id))[-10:]
+    rows = service.metrics(workspace_id)
+    assert rows[-1]["step"] == STEPS and rows[-1]["bytes_sent"] > 0 and "loss" in rows[0]
+    run_dir = Path(service.get(workspace_id).run_dir)
+
+    dest = tmp_path / "export"
+    manifest = service.export(workspace_id, str(dest))
+    assert (dest / "metrics.jsonl").read_text().count("\n") == len(rows), manifest
+    assert "train_plain.py" in (dest / "spec.yaml").read_text()
+
+    service.delete(workspace_id)
+    assert not run_dir.exists() and workspace_processes(workspace_id) == []
+    assert (ROOT / "tests" / "examples" / "train_plain.py").exists()  # the user's directory is theirs
