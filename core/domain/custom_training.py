@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from core.domain.limits import DELIVERY_FILE_BYTES as MAX_FILE_BYTES, DELIVERY_TOTAL_BYTES as MAX_TOTAL_BYTES
+from core.domain.source_files import bounded_files
 from core.domain.terminal_text import printable
 from core.errors import InvalidInput
 
@@ -77,25 +78,12 @@ def check_workdir(path: str | None) -> str | None:
 
 def workdir_files(root: Path) -> list[tuple[str, Path]]:
     """(path relative to root, file) of what the working directory ships, sorted; refused beyond the bounds."""
-    found, total = [], 0
-    for directory, dirs, files in os.walk(root, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__"))
-                         and not os.path.islink(os.path.join(directory, d)))
-        for name in sorted(files):
-            full = Path(directory, name)
-            info = full.lstat()
-            if not name.endswith(WORKDIR_SUFFIXES) or not stat.S_ISREG(info.st_mode):
-                continue
-            if info.st_size > MAX_FILE_BYTES:
-                raise InvalidInput(f"{printable(str(full))} is {info.st_size} bytes, over the {MAX_FILE_BYTES >> 10} "
-                                   f"KiB geotrain delivers per file", "keep data and weights out of --workdir "
-                                   "(read them from a dataset or the Hub), or bake them into --image")
-            total += info.st_size
-            if total > MAX_TOTAL_BYTES:
-                raise InvalidInput(f"--workdir {printable(str(root))} holds over {MAX_TOTAL_BYTES >> 20} MiB of "
-                                   f"source", "name a smaller directory, or bake it into --image")
-            found.append((full.relative_to(root).as_posix(), full))
-    return found
+    hint = "keep data and weights out of --workdir (read them from a dataset or the Hub), or bake them into --image"
+    files = bounded_files(root, WORKDIR_SUFFIXES, lambda full, size: InvalidInput(
+        f"{printable(str(full))} is {size} bytes, over the {MAX_FILE_BYTES >> 10} KiB geotrain delivers per file", hint),
+        lambda: InvalidInput(f"--workdir {printable(str(root))} holds over {MAX_TOTAL_BYTES >> 20} MiB of source",
+                             "name a smaller directory, or bake it into --image"))
+    return [(full.relative_to(root).as_posix(), full) for full in files]
 
 
 def local_argv(command: list[str]) -> list[str]:

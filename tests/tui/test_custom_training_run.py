@@ -14,6 +14,7 @@ import pytest
 
 from core.backends.local.supervisor import workspace_processes
 from core.workspaces import WorkspaceService
+from tests.core.test_local_workspace import _wait
 from tests.tui.waiting import on_screen, until
 from tui.app import make_app
 from tui.screens.workspace_detail import WorkspaceDetailScreen
@@ -22,18 +23,6 @@ from tui.widgets.loss_chart import LossChart
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 120
-
-
-def _wait(service, workspace_id, statuses, timeout=240):
-    import time
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        state = service.status(workspace_id)
-        if state.status in statuses:
-            return state
-        time.sleep(0.3)
-    raise AssertionError(f"{workspace_id} never reached {statuses}; last {state}")
 
 
 @pytest.mark.slow
@@ -48,7 +37,7 @@ def test_custom_training_deploy_running_curves_logs_export_delete(geotrain_home,
     service = WorkspaceService()
     spec = service.get(workspace_id).spec
     assert (spec.template, spec.command[1:3]) == ("custom-training", ["train_plain.py", "--mode"])
-    assert _wait(service, workspace_id, {"RUNNING", "COMPLETED"}).status in ("RUNNING", "COMPLETED")
+    assert _wait(service, workspace_id, {"RUNNING", "COMPLETED"}, 240).status in ("RUNNING", "COMPLETED")
 
     app = make_app(service, poll_seconds=0.5)
 
@@ -64,7 +53,7 @@ def test_custom_training_deploy_running_curves_logs_export_delete(geotrain_home,
     lines = asyncio.run(watch())
     assert any("geotrain_loop: preset medium" in str(line) for line in lines)
 
-    state = _wait(service, workspace_id, {"COMPLETED", "FAILED"})
+    state = _wait(service, workspace_id, {"COMPLETED", "FAILED"}, 240)
     assert state.status == "COMPLETED", list(service.logs(workspace_id))[-10:]
     rows = service.metrics(workspace_id)
     assert rows[-1]["step"] == STEPS and rows[-1]["bytes_sent"] > 0 and "loss" in rows[0]
