@@ -73,6 +73,8 @@ class LaunchPlan:
 class Backend(abc.ABC):
     """Runs workspaces. `workspace_id` is assigned by core.workspaces before deploy."""
 
+    NOTIFIES = False  # a process of this backend on this machine sees the run end (core.backends.local.notifier)
+
     @abc.abstractmethod
     def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
         """What deploy would launch; contacts nothing and changes nothing."""

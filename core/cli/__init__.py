@@ -33,7 +33,8 @@ GROUPS = {
     "nodes": "the node pool: servers imported over SSH",
 }
 COMMAND_MODULES = {  # group -> the modules that register its commands, in listing order
-    "workspaces": ["core.cli.workspaces", "core.cli.workspace_results", "core.cli.workspace_drilldown"],
+    "workspaces": ["core.cli.workspaces", "core.cli.workspace_results", "core.cli.workspace_drilldown",
+                   "core.cli.workspace_notify"],
     "clusters": ["core.cli.clusters", "core.cli.cluster_kubernetes", "core.cli.cluster_bootstrap",
                  "core.cli.cluster_plan"],
     "nodes": ["core.cli.nodes"],

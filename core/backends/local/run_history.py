@@ -111,11 +111,14 @@ class RunHistory:
         self.utilization_path = run_dir / UTILIZATION_FILE
         self.utilization: dict[str, dict] = {}  # worker -> its last utilization figures
         self.recent: dict[str, collections.deque] = {}  # worker -> its last UTILIZATION_KEPT figures
+        self.listeners: list = []  # called with each record added (the supervisor's notifier)
 
     def add(self, kind: str, **detail) -> dict:
         record = {"at": time.time(), "kind": kind, **detail}
         with self.lock, open(self.path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
+        for listener in self.listeners:
+            listener(record)
         return record
 
     def starting(self) -> None:

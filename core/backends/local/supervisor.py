@@ -23,9 +23,11 @@ from pathlib import Path
 
 import psutil
 
-from core.backends.local.run_history import RunHistory
+from core.backends.local.notifier import Notifier
+from core.backends.local.run_history import RunHistory, read_history, read_jsonl
 from core.backends.local.worker_group import WorkerGroup
 from core.backends.local.worker_pool import WorkerPool, pool_environment, recoveries_used
+from core.domain.metric_rows import usable
 from core.state.atomic_files import write_atomically
 from core.state.secret_store import SecretStore
 
@@ -83,12 +85,28 @@ def run(run_dir: Path) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    notifier = Notifier(run_dir, launch["workspace_id"], store, values)
+    history.listeners.append(notifier.on_record)
     if launch.get("mode") == "elastic":
         code = WorkerPool(run_dir, launch, pool_environment(env), history, values).run()
     else:
         code = run_group(run_dir, launch, env, history, values)
     write_atomically(run_dir / "exit_code", str(code))
+    notifier.finished(code, _outcome(run_dir, code))
     return code
+
+
+def _outcome(run_dir: Path, code: int) -> str:
+    """In a line, for the notification: the last step and loss, or why the run gave up."""
+    records = read_history(run_dir)
+    if code != 0:
+        cause = next((r.get("cause") for r in reversed(records) if r.get("kind") == "gave_up"), None)
+        return f"{cause}; exit code {code}" if isinstance(cause, str) else f"exit code {code}"
+    rows = usable(read_jsonl(run_dir / "out" / "metrics.jsonl"))
+    last = rows[-1] if rows else {}
+    if isinstance(last.get("step"), int) and isinstance(last.get("loss"), (int, float)):
+        return f"step {last['step']}, loss {last['loss']:.4f}"
+    return ""
 
 
 def run_group(run_dir: Path, launch: dict, env: dict[str, str], history: RunHistory,

@@ -1,0 +1,99 @@
+"""The local supervisor's notifications: it sees a workspace complete, fail and recover, so it is the
+one that tells the webhook (core.domain.notifications). The address is read from the secret store
+when a message goes out (set or changed at any time with `workspaces notify`), POSTed as JSON with
+urllib, never following a redirect (the address's own path may be its credential; a redirect could
+carry the request elsewhere); a failure to deliver is one line in logs/launcher.log that names the
+event and why, never the address."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from core.domain.notifications import check_url, message, secret_ref
+from core.errors import GeotrainError
+from core.state.secret_store import SecretStore, redact
+
+TIMEOUT_S = 10
+ATTEMPTS = 3
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # the 3xx becomes an HTTPError: the message goes nowhere else
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def post(url: str, body: dict) -> str:
+    """POST the body; '' when the server took it (2xx), else why not, in words without the address."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "User-Agent": "geotrain"})
+    try:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
+            return "" if 200 <= response.status < 300 else f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}" + (" (a redirect, not followed)" if 300 <= exc.code < 400 else "")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{type(reason).__name__}: {str(reason)[:120]}"
+
+
+class Notifier:
+    def __init__(self, run_dir: Path, workspace_id: str, store: SecretStore, secrets: list[str]) -> None:
+        self.run_dir, self.workspace_id, self.store, self.secrets = run_dir, workspace_id, store, secrets
+        self.pending: list[threading.Thread] = []
+        self.recovering = False
+
+    def send(self, event: str, detail: str) -> bool:
+        """Tell the webhook, if the workspace has one; False when it has none or delivery failed."""
+        try:
+            url = self.store.get(secret_ref(self.workspace_id))
+            if not url:
+                return False
+            check_url(url)
+        except GeotrainError as exc:
+            self._log(f"notification {event} not sent: {exc.message}")
+            return False
+        body = message(self.workspace_id, event, redact(detail, [*self.secrets, url]))
+        why = ""
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                time.sleep(2 ** (attempt - 1))
+            why = post(url, body)
+            if not why:
+                return True
+        self._log(f"notification {event} not delivered after {ATTEMPTS} tries: {redact(why, [url])}")
+        return False
+
+    def on_record(self, record: dict) -> None:
+        """A history record (RunHistory.listeners): the first worker training again after a recovery
+        is RECOVERED (once per recovery: a group's every worker reports). Sent from a thread of its
+        own: this runs on a worker's output pump, which must never wait on the network."""
+        if record.get("kind") == "recovery":
+            self.recovering = True
+        elif record.get("kind") == "recovered" and self.recovering:
+            self.recovering = False
+            detail = (f"{record.get('worker')} training again at step {record.get('step')} after "
+                      f"{record.get('downtime_s')}s ({record.get('steps_lost')} steps lost)")
+            thread = threading.Thread(target=self.send, args=("RECOVERED", detail), daemon=True)
+            thread.start()
+            self.pending.append(thread)
+
+    def finished(self, code: int, cause: str) -> None:
+        """The run ended: COMPLETED or FAILED, after any RECOVERED still on its way (so they arrive in order)."""
+        for thread in self.pending:
+            thread.join(timeout=ATTEMPTS * (TIMEOUT_S + 4))
+        if code == 0:
+            self.send("COMPLETED", cause)
+        else:
+            self.send("FAILED", cause or f"exit code {code}")
+
+    def _log(self, line: str) -> None:
+        with open(self.run_dir / "logs" / "launcher.log", "a") as log:
+            log.write(line + "\n")

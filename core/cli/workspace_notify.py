@@ -1,0 +1,53 @@
+"""`geotrain workspaces notify ID`: tell a webhook when the workspace completes, fails or recovers
+(issue 43). The address comes from GEOTRAIN_NOTIFY_URL or a hidden prompt, never the command line
+(every local user can read argv), and is kept in the secret store (0600), never shown again."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+
+from core.domain.notifications import EVENTS, URL_ENV, check_url, secret_ref
+from core.errors import InvalidInput
+from core.workspaces import WorkspaceService
+
+
+def register(groups) -> None:
+    sub = groups["workspaces"]
+    p = sub.add_parser("notify", help=f"send {', '.join(EVENTS)} of a workspace to a webhook "
+                                      f"(the URL from {URL_ENV} or a hidden prompt)")
+    p.add_argument("id", complete="workspace")
+    p.add_argument("--ask", action="store_true", help="type the webhook's URL (hidden), even with the variable set")
+    p.add_argument("--off", action="store_true", help="stop notifying; the URL is removed")
+    p.add_argument("--test", action="store_true", help="send a test message now")
+    p.set_defaults(handler=cmd_notify)
+
+
+def cmd_notify(args) -> int:
+    service = WorkspaceService()
+    ws = service.get(args.id)
+    if not service.backend(ws.cluster).NOTIFIES:
+        raise InvalidInput(f"{ws.id} runs on cluster {ws.cluster!r}: notifications are sent by the local "
+                           "supervisor, which Kubernetes workspaces do not have (not yet)",
+                           "use a local workspace, or watch `geotrain workspaces show ID`")
+    if args.off:
+        service.secrets.delete_prefix(secret_ref(ws.id))
+        print(f"{ws.id} notifies no one now.")
+        return 0
+    url = None if args.ask else os.environ.get(URL_ENV)
+    if url is None and not (args.test and service.secrets.get(secret_ref(ws.id))):
+        if not (args.ask or sys.stdin.isatty()):
+            raise InvalidInput(f"no webhook URL: {URL_ENV} is not set", f"set {URL_ENV}, or pass --ask at a terminal")
+        url = getpass.getpass("Webhook URL (hidden): ").strip()
+    if url is not None:
+        service.secrets.put(secret_ref(ws.id), check_url(url))
+        print(f"{ws.id} will notify the webhook of {', '.join(EVENTS)} (its URL is in the secret store; not shown).")
+    if args.test:
+        from core.backends.local.notifier import Notifier
+
+        run_dir = service.backend(ws.cluster).run_dir(ws.id)
+        if not Notifier(run_dir, ws.id, service.secrets, []).send("TEST", "a test of this workspace's notifications"):
+            raise InvalidInput("the test message was not delivered", f"see {run_dir / 'logs' / 'launcher.log'}")
+        print("The test message was delivered.")
+    return 0
