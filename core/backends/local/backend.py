@@ -33,6 +33,7 @@ from core.backends.local.run_history import read_history, read_jsonl, read_phase
     read_utilization_history
 from core.errors import BackendError, InvalidInput, NotFound
 from core.domain.line_splitter import LineSplitter
+from core.domain.custom_training import CUSTOM_TRAINING, command_env, local_argv
 from core.domain.records import Status, WorkspaceSpec
 from core.domain.recipe_catalog import presets, recipe_env
 from core.domain.run_events import natural_key
@@ -103,14 +104,15 @@ class LocalBackend(Backend):
 
     def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:
         config_path = self.run_dir(workspace_id) / "config.yaml"
-        argv = self._worker_argv(config_path)
+        command = self._command(workspace_id, spec, config_path)
+        argv = command["worker_argv"]
         dcs = spec.config.get("datacenters", 1)
         layout = f", {dcs} datacenters x {spec.workers // dcs}" if isinstance(dcs, int) and dcs > 1 else ""
         text = (f"# local workspace {workspace_id}: {spec.workers} workers{layout} on this machine "
-                f"({'NCCL' if _cuda_available() else 'gloo on CPU'}, {self._mode(spec)})\n"
+                f"({'NCCL' if _cuda_available() else 'gloo on CPU'}, {command['mode']})\n"
                 f"# one process per worker (RANK 0-{spec.workers - 1}), meeting in a file store in "
                 f"the run's private directory: no network port\n"
-                f"cd {shlex.quote(str(self.run_dir(workspace_id)))}\n{shlex.join(argv)}\n")
+                f"cd {shlex.quote(command.get('cwd') or str(self.run_dir(workspace_id)))}\n{shlex.join(argv)}\n")
         return LaunchPlan(text, yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
 
     def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
@@ -122,12 +124,17 @@ class LocalBackend(Backend):
         (run_dir / "out").mkdir(exist_ok=True)  # restore() may have seeded it
         config_path = run_dir / "config.yaml"
         config_path.write_text(yaml.safe_dump(self._config(workspace_id, spec), sort_keys=False))
-        launch = {"workspace_id": workspace_id, "worker_argv": self._worker_argv(config_path), "mode": self._mode(spec),
+        launch = {"workspace_id": workspace_id, **self._command(workspace_id, spec, config_path),
                   "workers": spec.workers,
                   "max_recoveries": RecoverySettings.from_dict(spec.recovery).max_recoveries,
                   "standby": RecoverySettings.from_dict(spec.recovery).standby,
+                  "keep_failed": RecoverySettings.from_dict(spec.recovery).keep_failed_pods,
                   "env": self._env(workspace_id, spec, "WANDB_API_KEY" in secret_refs),
                   "secret_refs": secret_refs, "secrets_path": str(paths.secrets_path())}
+        if spec.template == CUSTOM_TRAINING:
+            project = (spec.config.get("logging") or {}).get("wandb_project")  # wandb reads WANDB_PROJECT
+            launch["env"].update(command_env(str(run_dir / "out"), spec.preset, spec.steps),
+                                 **({"WANDB_PROJECT": project} if isinstance(project, str) else {}))
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
         self._start_supervisor(run_dir, dict(os.environ, PYTHONPATH=launch["env"]["PYTHONPATH"]))
         return str(run_dir)
@@ -150,6 +157,14 @@ class LocalBackend(Backend):
         if proc.wait(timeout=30) != 0:
             raise BackendError("the local supervisor did not start",
                                f"see {run_dir / 'logs' / 'supervisor.log'}")
+
+    def _command(self, workspace_id: str, spec: WorkspaceSpec, config_path: Path) -> dict:
+        """What each worker runs, in which mode and directory: the recipe, or a custom-training command
+        (always one fixed group: its own loop, not the elastic pool, decides how it trains)."""
+        if spec.template != CUSTOM_TRAINING:
+            return {"worker_argv": self._worker_argv(config_path), "mode": self._mode(spec)}
+        return {"worker_argv": local_argv(spec.command), "mode": "group",
+                "cwd": spec.workdir or str(self.run_dir(workspace_id))}
 
     def _worker_argv(self, config_path: Path) -> list[str]:
         """One worker of an elastic pool (rank and store come from its environment)."""
