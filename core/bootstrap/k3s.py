@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from core.bootstrap import checksums, failures, services, versions
+from core.bootstrap import bundle_images, checksums, failures, services, versions
 from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import VXLAN_OVERHEAD, ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.runner import Phase, Step
@@ -371,6 +371,7 @@ def _only_agents(ctx: DeployContext, alive: list[NodeTarget]) -> list[NodeTarget
     return [t for t in alive if t.spec.role != "server"]
 
 
-STEP = Step("k3s", [Phase("install", _install), Phase("configure", _configure),
+STEP = Step("k3s", [Phase("install", _install), Phase("bundle images", bundle_images.import_phase),
+                    Phase("configure", _configure),
                     Phase("server", _server, _only_server), Phase("agents", _agent, _only_agents),
                     Phase("ready", _ready, _only_server)])

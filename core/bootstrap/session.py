@@ -23,7 +23,7 @@ class Shell(Protocol):
 
     def run(self, command: str, timeout: float = ..., sudo: bool = ...): ...
 
-    def put(self, data: bytes, remote_path: str, mode: int = ..., sudo: bool = ...): ...
+    def put(self, data: bytes | Path, remote_path: str, mode: int = ..., sudo: bool = ...): ...
 
 
 @dataclass
@@ -195,15 +195,17 @@ class NodeSession:
         self.note(f"{kind}: {record.command}")
         return record
 
-    def put(self, path: str, content: str | bytes, mode: int = 0o644,
+    def put(self, path: str, content: str | bytes | Path, mode: int = 0o644,
             secret: bool = False) -> None:
-        """Write a file on the node (over SFTP: the content never appears in argv)."""
-        binary = isinstance(content, bytes)
+        """Write a file on the node (over SFTP: the content never appears in argv); a local
+        Path is streamed, not read whole."""
+        binary = not isinstance(content, str)
         shown = None if secret or binary else redact(content, self.secrets)
         record = CommandRecord(self.node, self.step, "put",
                                f"put {path} mode {mode:o}", content=shown)
         self.command_log.add(record)
-        self.note(f"put: {path} ({len(content)} bytes, mode {mode:o}"
+        size = content.stat().st_size if isinstance(content, Path) else len(content)
+        self.note(f"put: {path} ({size} bytes, mode {mode:o}"
                   f"{', secret' if secret else ''})")
         if self.dry_run:
             record.exit_code = 0

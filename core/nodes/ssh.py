@@ -25,7 +25,7 @@ import paramiko
 from core.errors import InvalidInput
 from core.schema.endpoints import parse_endpoint  # noqa: F401 - re-exported: callers import it here
 from core.nodes.known_hosts import KnownHosts, fingerprint, host_label, route_label
-from core.nodes.ssh_sftp import PRIVATE_MODE, create_private, install_command, remove_quietly
+from core.nodes.ssh_sftp import PRIVATE_MODE, create_private, install_command, remove_quietly, write_payload
 from core.nodes.ssh_errors import (  # noqa: F401 - re-exported: callers import them here
     AskPassphrase, AuthFailed, CommandTimeout, ConfirmHostKey, HostKeyError, SSHError, Unreachable)
 
@@ -321,13 +321,13 @@ class Connection:
 
     def put(self, data: bytes | str | Path, remote_path: str, mode: int = 0o644,
             sudo: bool = False) -> None:
-        """Upload bytes (or a local file) to `remote_path` with `mode`.
+        """Upload bytes (or a local file, streamed: image tarballs run to tens of GB) to
+        `remote_path` with `mode`.
 
         The file is private from the moment it exists (a secret has no readable window):
         created 0600 by the SFTP open itself (O_EXCL, fresh name), then renamed into place.
         """
-        payload = Path(data).read_bytes() if isinstance(data, Path) else (
-            data.encode() if isinstance(data, str) else data)
+        payload = data.encode() if isinstance(data, str) else data
         self.connect()
         if sudo and self.username != "root":
             self._put_via_private_dir(payload, remote_path, mode)
@@ -336,13 +336,13 @@ class Connection:
         fresh = f"{directory}{slash}.{name}.geotrain-{secrets.token_hex(8)}"
         self._sftp_write(fresh, payload, mode, final=remote_path)
 
-    def _sftp_write(self, path: str, payload: bytes, mode: int, final: str | None) -> None:
+    def _sftp_write(self, path: str, payload: bytes | Path, mode: int, final: str | None) -> None:
         """Create `path` (O_EXCL, 0600 in the open), write, set `mode`, rename to `final`."""
         try:
             with self._clients[-1].open_sftp() as sftp:
                 try:
                     with create_private(sftp, path) as handle:
-                        handle.write(payload)
+                        write_payload(handle, payload)
                         if mode != PRIVATE_MODE:
                             handle.chmod(mode)  # the content is written; a secret stays 0600
                     if final:
@@ -354,7 +354,7 @@ class Connection:
             raise SSHError(f"{self.label}: cannot write {final or path}: {exc}",
                            "check the directory exists and is writable by the user") from None
 
-    def _put_via_private_dir(self, payload: bytes, remote_path: str, mode: int) -> None:
+    def _put_via_private_dir(self, payload: bytes | Path, remote_path: str, mode: int) -> None:
         """A non-root login: upload into a fresh 0700 `mktemp -d` dir, then root moves it
         into place through a 0600 `mktemp` file beside the target (never an open window)."""
         made = self.run("umask 077 && mktemp -d /tmp/.geotrain-upload.XXXXXXXXXX")

@@ -6,11 +6,24 @@ Kept beside core/nodes/ssh.py (the two modules that import paramiko) so each sta
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import paramiko
 from paramiko import sftp as sftp_const
 
 PRIVATE_MODE = 0o600
+CHUNK = 1 << 20  # a local file goes up in 1 MiB writes, never read whole
+
+
+def write_payload(handle: paramiko.SFTPFile, payload: bytes | Path) -> None:
+    """Write bytes, or stream a local file (pipelined: no round trip per chunk)."""
+    if not isinstance(payload, Path):
+        handle.write(payload)
+        return
+    handle.set_pipelined(True)
+    with payload.open("rb") as source:
+        while chunk := source.read(CHUNK):
+            handle.write(chunk)
 
 
 def install_command(staged: str, remote_path: str, mode: int) -> str:

@@ -19,9 +19,9 @@ class LocalShell:
                               timeout=timeout)
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def put(self, data: bytes, remote_path: str, mode: int = 0o644, sudo: bool = False) -> None:
+    def put(self, data: bytes | Path, remote_path: str, mode: int = 0o644, sudo: bool = False) -> None:
         path = Path(remote_path)  # created with its mode, as Connection.put does
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode & 0o700)
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            out.write(data.read_bytes() if isinstance(data, Path) else data)
         os.chmod(path, mode)
