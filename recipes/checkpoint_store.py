@@ -20,6 +20,7 @@ workspaces (a node's) would let them plant the weights this one resumes from.
 Settings come from the environment the backend sets:
     GEOTRAIN_CHECKPOINT_DIR        where checkpoints go (default <out_dir>/checkpoints)
     GEOTRAIN_CHECKPOINT_HF_REPO    HF repo mirrored to (needs HF_TOKEN; HF_ENDPOINT honoured)
+    GEOTRAIN_CHECKPOINT_WANDB_ARTIFACTS=1   W&B artifacts as a copy of record (recipes.wandb_artifacts)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 import torch
 
 from recipes.telemetry import one_line
+from recipes.wandb_artifacts import mirror_from_env
 
 STEP_DIR = re.compile(r"step_([0-9]{8})")  # fullmatch, ASCII digits: no trailing newline, no "٩" read as 9
 
@@ -117,6 +119,7 @@ class CheckpointStore:
         self.rank, self.keep = rank, keep
         repo = os.environ.get("GEOTRAIN_CHECKPOINT_HF_REPO")
         self.hub = HubMirror(repo) if repo and os.environ.get("HF_TOKEN") else None
+        self.artifacts = mirror_from_env()  # recovery.wandb_artifacts (recipes.wandb_artifacts)
 
     # writing ----------------------------------------------------------------
     def save(self, step: int, state: dict) -> Path:
@@ -133,6 +136,8 @@ class CheckpointStore:
         self._prune()
         if self.hub is not None:
             self.hub.upload(data_path, manifest_path, f"{data_path.parent.name}")
+        if self.artifacts is not None:
+            self.artifacts.save(data_path, manifest_path)
         return data_path
 
     def _prune(self) -> None:
@@ -199,16 +204,20 @@ class CheckpointStore:
         return True
 
     def newest_complete(self) -> int | None:
-        """The newest complete step of this rank, on disk or (when newer) on the hub."""
-        local = next((s for s in reversed(self.steps_on_disk()) if self.is_complete(s)), None)
-        if self.hub is None:
-            return local
-        for step in reversed(self.hub.steps(self.rank)):
-            if local is not None and step <= local:
+        """The newest complete step of this rank: on disk, or (when newer) on the hub or among the
+        workspace's W&B artifacts (each checked as it is fetched, then again here)."""
+        best = next((s for s in reversed(self.steps_on_disk()) if self.is_complete(s)), None)
+        for step in reversed(self.hub.steps(self.rank)) if self.hub is not None else ():
+            if best is not None and step <= best:
                 break
             if self.hub.download(self.root, self.rank, step) and self.is_complete(step):
-                return step
-        return local
+                best = step
+                break
+        if self.artifacts is not None:
+            step = self.artifacts.restore(self.root, self.rank, newer_than=best)
+            if step is not None and self.is_complete(step):
+                best = step
+        return best
 
     def complete_steps(self) -> list[int]:
         return [s for s in self.steps_on_disk() if self.is_complete(s)]

@@ -15,6 +15,7 @@ missing worker. Backends turn them into worker environment and job policies.
       pvc: my-claim              # kubernetes: an existing claim; each workspace mounts its sub-path
       storage_class: fast-rwx    # kubernetes: class of the per-workspace claim made by default
       hf_repo: me/run-ckpts      # HF Hub copy of record (needs an HF token)
+      wandb_artifacts: true      # W&B artifacts as a copy of record (the run's project; needs a W&B key online)
       keep_failed_pods: true     # a failed pod (kubernetes) or worker's log and exit (local) stays for a look
 """
 
@@ -104,6 +105,9 @@ class RecoverySettings(BaseModel):
     """Kubernetes: class of the per-workspace claim made by default (ReadWriteMany for several pods)."""
     hf_repo: Optional[Annotated[Named, AfterValidator(_hf_repo)]] = None
     """HF Hub copy of record (needs an HF token): a repo id, name or namespace/name."""
+    wandb_artifacts: Annotated[bool, Strict()] = False
+    """W&B artifacts as a copy of record: rank 0's checkpoints saved to the run's project, the newest
+    complete one restored on start, checked against its manifest's sha256 (recipes.wandb_artifacts)."""
     keep_failed_pods: Annotated[bool, Strict()] = False
     """Keep what failed for a look: on Kubernetes a failed pod stays (no job restart deletes it, a
     crashed trainer is not restarted in place; the workspace waits for you); locally each failed
@@ -144,6 +148,8 @@ class RecoverySettings(BaseModel):
             env["GEOTRAIN_CHECKPOINT_DIR"] = checkpoint_dir
         if self.hf_repo:
             env["GEOTRAIN_CHECKPOINT_HF_REPO"] = self.hf_repo
+        if self.wandb_artifacts:
+            env["GEOTRAIN_CHECKPOINT_WANDB_ARTIFACTS"] = "1"
         return env
 
 
@@ -164,7 +170,7 @@ def check_host_path(value: str) -> str:
 
 _SECONDS = "seconds, more than 0 and at most 86400"
 _EXPECTED = {"max_recoveries": "a whole number ≥ 0", "elastic": "true or false", "standby": "true or false",
-             "keep_failed_pods": "true or false",
+             "keep_failed_pods": "true or false", "wandb_artifacts": "true or false",
              "join_timeout_s": _SECONDS, "heartbeat_timeout_s": _SECONDS, "op_timeout_s": _SECONDS,
              "checkpoint_dir": "an absolute path", "host_path": "an absolute path",
              "pvc": "a Kubernetes name (lower-case letters, digits, '-' and '.')",
@@ -179,7 +185,7 @@ def _hints() -> dict[str, str]:
              "host_path": "start the path with /", "pvc": "e.g. pvc: my-claim",
              "storage_class": "e.g. storage_class: local-path",
              "hf_repo": "e.g. hf_repo: me/run-ckpts, or remove it"}
-    for key in ("elastic", "standby", "keep_failed_pods"):
+    for key in ("elastic", "standby", "keep_failed_pods", "wandb_artifacts"):
         hints[key] = f"write {key}: true or {key}: false"
     for key in ("join_timeout_s", "heartbeat_timeout_s", "op_timeout_s"):
         hints[key] = f"e.g. {key}: {getattr(defaults, key):g}"
