@@ -13,6 +13,7 @@ from core.errors import InvalidInput
 from core.state.store import Store
 from core.planner import dc_choice
 from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
+from core.planner.streams import DEFAULT_WINDOW_BYTES, MAX_STREAMS, STREAMS_ENV, streams_from_env
 from core.planner.datacenter_inputs import DEFAULT_STEPS, choose_for_cluster
 
 MATRIX_HELP = ("YAML/JSON network matrix for what-if questions: `links:` then entries with src, dst, "
@@ -52,20 +53,26 @@ def register(groups) -> None:
                    help=f"utilization to reach (default {planner.DEFAULT_TARGET * 100:.0f}%%)")
     p.add_argument("--steps", type=limits.int_between(1, 10**9), metavar="N", default=DEFAULT_STEPS,
                    help=f"the run's length on every datacenter, to price dropping some (default {DEFAULT_STEPS})")
+    p.add_argument("--streams", type=limits.int_between(1, MAX_STREAMS), metavar="N",
+                   help=f"parallel TCP streams per peer the workers will use (default: ${STREAMS_ENV}, else 1); "
+                        "a window-bound link's rate counts N times")
+    p.add_argument("--window-kb", type=limits.int_between(16, 1 << 20), metavar="KB", default=DEFAULT_WINDOW_BYTES // 1024,
+                   help="one TCP stream's largest window (default: Linux's tcp_rmem max, 6144 KB)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_plan)
 
 
 def cmd_plan(args) -> int:
     store = Store() if args.matrix is None else None
+    streams = {"streams": args.streams or streams_from_env(), "window_bytes": args.window_kb * 1024}
     result = plan_for_cluster(store, None if args.matrix else args.name,
                               args.model, args.size, step_time=args.step_time, matrix_file=args.matrix,
-                              params=args.params, workers=args.workers, target=args.target)
+                              params=args.params, workers=args.workers, target=args.target, **streams)
     sites, no_choice = None, ""
     try:
         sites = choose_for_cluster(store, None if args.matrix else args.name, args.model, args.size,
                                    step_time=args.step_time, matrix_file=args.matrix, params=args.params,
-                                   steps=args.steps, target=args.target)
+                                   steps=args.steps, target=args.target, **streams)
     except InvalidInput as exc:
         if args.matrix:  # the file's own mistake: say it, as for its links
             raise
@@ -77,6 +84,7 @@ def cmd_plan(args) -> int:
     print(f"{net.workers} workers, bottleneck {net.mbit_s:g} Mbit/s, {net.latency_ms:g} ms; "
           f"{result.params:,} params; compute {result.compute_s:g} s/step"
           + ("" if args.step_time else " (assumed; pass --step-time)"))
+    print(result.streams.describe())
     rows = []
     for e in result.estimates:
         mark = "*" if e.preset == result.recommended else ""

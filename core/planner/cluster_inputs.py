@@ -15,6 +15,7 @@ from typing import Any
 
 
 from core.planner import wan_what_if as planner
+from core.planner.streams import DEFAULT_WINDOW_BYTES, with_streams
 
 from core.domain import recipe_catalog
 from core.state.cluster_records import get_cluster, network_matrix
@@ -103,8 +104,10 @@ def plan_for_cluster(store: Store | None, cluster: str | None, model: str, size:
                      step_time: float | None = None, matrix_file: str | Path | None = None,
                      params: int | None = None, workers: int | None = None,
                      target: float = planner.DEFAULT_TARGET,
-                     efficiency: float = planner.DEFAULT_EFFICIENCY) -> planner.Plan:
-    """The deploy form's and the CLI's entry: a Plan for `model`/`size` on `cluster` (or on a matrix file)."""
+                     efficiency: float = planner.DEFAULT_EFFICIENCY, streams: int = 1,
+                     window_bytes: int = DEFAULT_WINDOW_BYTES) -> planner.Plan:
+    """The deploy form's and the CLI's entry: a Plan for `model`/`size` on `cluster` (or on a matrix file),
+    with `streams` parallel TCP streams per peer (core.planner.streams)."""
     if workers is not None and workers < 1:
         raise InvalidInput(f"workers must be at least 1, not {workers}", "pass --workers N")
     if matrix_file is not None:
@@ -115,5 +118,8 @@ def plan_for_cluster(store: Store | None, cluster: str | None, model: str, size:
         raise InvalidInput("nothing to plan for", "name a cluster or pass --matrix FILE")
     size = size or default_size(model)
     count = params if params is not None else model_params(model, size)
+    links, assumed = with_streams(links, streams, window_bytes)
     net = planner.bottleneck(links, workers)
-    return planner.plan(recipe_catalog.presets(), count, step_time or DEFAULT_STEP_S, net, target, efficiency)
+    result = planner.plan(recipe_catalog.presets(), count, step_time or DEFAULT_STEP_S, net, target, efficiency)
+    result.streams = assumed
+    return result

@@ -18,6 +18,7 @@ from core.domain.datacenters import check_datacenter
 from core.errors import InvalidInput
 from core.planner import cluster_inputs, dc_choice
 from core.planner import wan_what_if as planner
+from core.planner.streams import DEFAULT_WINDOW_BYTES, with_streams
 from core.schema.user_files import read_user_file
 from core.schema.yaml_loader import load_yaml
 from core.state.node_records import list_nodes
@@ -84,7 +85,8 @@ def choose_for_cluster(store: Store | None, cluster: str | None, model: str, siz
                        step_time: float | None = None, matrix_file: str | Path | None = None,
                        params: int | None = None, steps: int = DEFAULT_STEPS,
                        target: float = planner.DEFAULT_TARGET,
-                       efficiency: float = planner.DEFAULT_EFFICIENCY) -> dc_choice.DatacenterPlan | None:
+                       efficiency: float = planner.DEFAULT_EFFICIENCY, streams: int = 1,
+                       window_bytes: int = DEFAULT_WINDOW_BYTES) -> dc_choice.DatacenterPlan | None:
     """The datacenters to use, or None where there is only one to choose (the local cluster)."""
     if matrix_file is not None:
         links = cluster_inputs.links_from_file(matrix_file)
@@ -104,5 +106,6 @@ def choose_for_cluster(store: Store | None, cluster: str | None, model: str, siz
         return None
     size = size or cluster_inputs.default_size(model)
     count = params if params is not None else cluster_inputs.model_params(model, size)
+    links = with_streams(links, streams, window_bytes)[0]
     return dc_choice.choose(sites, dc_choice.site_links(links, site_of), recipe_catalog.presets(), count,
                             step_time or cluster_inputs.DEFAULT_STEP_S, steps, target, efficiency)
