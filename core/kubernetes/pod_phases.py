@@ -39,6 +39,11 @@ JOB_PHASES = {  # a Volcano Job's status.state.phase
 }
 _LIFECYCLE = {"Pulling": 0, "Pulled": 2}
 PULL_HINT = "check the image name (--image) and that the node can reach its registry"
+# containerd's words when an image index has no manifest for the node's platform (containerd
+# images/image.go: "no match for platform in manifest"; Docker's registry client: "no matching
+# manifest for linux/arm64/v8 in the manifest list entries").
+WRONG_ARCH = ("no match for platform", "no matching manifest for")
+ARCH_HINT = "the image has no build for this node's CPU architecture: deploy with --image, one built for it"
 INIT_STEPS = {"install-deps": "installing dependencies", "cache-owner": "preparing the node's cache directories"}
 INIT_TAIL_LINES = 5  # of a failing init step's output, on its worker's row
 
@@ -79,7 +84,8 @@ def pull_phase(pod: dict[str, Any], events: list[dict[str, Any]], now: float) ->
         message = waiting.get("message") or next(
             (e.get("message") for e in reversed(events) if e.get("reason") in ("Failed", "BackOff")), "")
         said = f": {one_line(message)[:MAX_DETAIL]}" if message else ""  # the hint after it stays whole
-        return Status.PULLING.value, one_line(f"stuck: {reason} on {node}{said} — {PULL_HINT}")
+        hint = ARCH_HINT if any(w in message for w in WRONG_ARCH) else PULL_HINT
+        return Status.PULLING.value, one_line(f"stuck: {reason} on {node}{said} — {hint}")
     if reason not in STARTING and (pod.get("status") or {}).get("phase") != "Pending":
         return None
     pulls = [e for e in events if e.get("reason") in ("Pulling", "Pulled")]

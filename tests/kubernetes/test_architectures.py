@@ -93,3 +93,18 @@ def test_the_pre_pull_takes_the_nodes_architecture_and_skips_where_no_image_exis
                               gather_facts=lambda: None)
     said = _pull(ctx, amd_arm)
     assert said.startswith("skipped:") and "--image" in said and "arm64" in said
+
+
+@pytest.mark.parametrize("message", [
+    # containerd (images/image.go) when the image index lacks the node's platform
+    'failed to pull and unpack image "docker.io/pytorch/pytorch:2.7.1": no match for platform in manifest: not found',
+    # Docker's registry client, the same case
+    "no matching manifest for linux/arm64/v8 in the manifest list entries"])
+def test_a_pull_that_finds_no_build_for_the_node_says_so_not_check_the_name(message):
+    from core.kubernetes.pod_phases import ARCH_HINT, PULL_HINT, pull_phase
+
+    pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "gh200"}, "status": {"phase": "Pending",
+           "containerStatuses": [{"name": "trainer", "state": {"waiting": {"reason": "ErrImagePull",
+                                                                           "message": message}}}]}}
+    _, said = pull_phase(pod, [], 0.0)
+    assert said.endswith(ARCH_HINT) and PULL_HINT not in said and "--image" in said
