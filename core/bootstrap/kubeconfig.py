@@ -8,6 +8,8 @@ everything after the cluster, so it can be merged into ~/.kube/config beside oth
 from __future__ import annotations
 
 import shlex
+import socket
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -70,7 +72,26 @@ def _fetch(ctx: DeployContext, target: NodeTarget) -> str:
     if not path.exists() or path.read_text() != text:
         write_private(path, text)
     ctx.put_shared("kubeconfig_path", str(path))
+    unreachable = api_unreachable(server)
+    if unreachable:  # the cluster is built; workspaces are deployed from this machine
+        return (f"kubeconfig stored ({server}); warning: this machine cannot reach it ({unreachable}): "
+                f"open TCP {k3s.API_PORT} on {target.name} to this machine, or tunnel it "
+                f"(ssh -L {k3s.API_PORT}:127.0.0.1:{k3s.API_PORT} {target.name}) and use https://127.0.0.1:{k3s.API_PORT}")
     return f"kubeconfig stored ({server})"
+
+
+def api_unreachable(server: str, timeout: float = 5.0) -> str:
+    """Why this machine cannot open a TCP connection to the API server's URL, '' when it can
+    (only the connection: TLS and credentials are kubectl's and the client's to judge)."""
+    url = urllib.parse.urlsplit(server)
+    try:
+        port = url.port or 443
+        with socket.create_connection((url.hostname or "", port), timeout=timeout):
+            return ""
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, TimeoutError):
+            return "timed out"
+        return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
 STEP = Step("kubeconfig", [Phase("fetch", _fetch,
