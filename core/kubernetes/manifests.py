@@ -368,6 +368,8 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     watcher = render_watcher(job, metadata, {WATCHER_LABEL: label_value(workspace_id)},
                              RecoverySettings.from_dict(spec.recovery).max_recoveries,
                              group_image(spec, cluster, placed[0][0]).image, source)
+    # the watcher runs the master group's image: on a node of that group's CPU (an arm64 GH200 cannot run amd64)
+    watcher[-1]["spec"]["template"]["spec"]["nodeSelector"] = {ARCH_LABEL: placed[0][0].arch}
     return out + ([claim] if claim else []) + [fence, *watcher, job]
 
 

@@ -131,3 +131,44 @@ def test_a_three_datacenter_workspace_runs_the_right_image_on_every_node(job_val
     for obj in out[:-1]:  # ConfigMaps, Secret, claim, NetworkPolicy
         _valid(obj)
 
+
+
+def _record_built(store, plan) -> None:
+    """What a finished deploy records (core.bootstrap.deploy: the cluster with plan_config, its
+    members in cluster_nodes), so `workspaces deploy` finds the cluster the dry run above built."""
+    from core.bootstrap.deploy import plan_config
+    from core.state.cluster_records import save_cluster
+
+    save_cluster(store, Cluster(name=plan.name, kind="geotrain", config=plan_config(plan)))
+    with store.write() as conn:
+        for spec in plan.nodes:
+            conn.execute("INSERT INTO cluster_nodes(cluster, node, role, mesh_ip, state) VALUES (?,?,?,?,?)",
+                         (plan.name, spec.name, spec.role, spec.mesh_ip, "{}"))
+
+
+def test_the_cli_dry_run_of_a_three_datacenter_workspace_on_it(built, job_validator, capsys):
+    """`geotrain workspaces deploy ... --dry-run` prints every object; each pod-bearing one (the Job's
+    tasks, the watcher's Deployment) runs an image built for the CPU its pods are held to."""
+    from core.cli import main
+
+    store = Store()
+    _record_built(store, build_plan(store, "mix", [n.name for n in NODES], subnet="10.77.0.0/24"))
+    assert main(["workspaces", "deploy", "distributed-training", "--cluster", "mix", "--workers", "3",
+                 "--gradient-compression", "medium", "--dry-run"]) == 0
+    printed = capsys.readouterr().out.split("# resolved config:")[0]
+    objects = [doc for doc in yaml.safe_load_all(printed) if doc]
+    job = next(o for o in objects if o["kind"] == "Job")
+    assert not list(job_validator.iter_errors(job)) and admission_errors(job) == []
+    assert len({t["name"] for t in job["spec"]["tasks"]}) == 3
+    for task, pod in pod_specs(job):
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        where = {e["key"]: e["values"] for t in terms for e in t["matchExpressions"]}
+        (host,) = where["kubernetes.io/hostname"]
+        assert where[ARCH_LABEL] == [ARCH[host]] and ARCH[host] in IMAGE_ARCHES[pod["containers"][0]["image"]]
+    for obj in objects:
+        if obj["kind"] == "Deployment":  # the watcher: the master's image, on a node of its CPU
+            pod = obj["spec"]["template"]["spec"]
+            assert pod["nodeSelector"][ARCH_LABEL] in IMAGE_ARCHES[pod["containers"][0]["image"]]
+            assert violations({**pod, "metadata": obj["spec"]["template"]["metadata"]}, "restricted") == []
+        if obj["kind"] != "Job" and "<" not in str(obj.get("data", {})):  # a shown Secret / recipes count
+            _valid(obj)
