@@ -23,7 +23,8 @@ from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_c
 from core.kubernetes.network_policy import ELASTIC_STORE_PORT, WATCHER_LABEL, render_network_policy
 from core.kubernetes.watcher_manifests import render_watcher
 from core.domain.recovery import RecoverySettings
-from core.kubernetes import recipes_delivery as delivery
+from core.kubernetes import custom_command as custom, recipes_delivery as delivery
+from core.kubernetes.manifest_text import manifests_yaml  # noqa: F401  (the backend and tests read it here)
 from core.domain.images import ImageChoice, custom_image, image_for
 from core.domain.architectures import ARCH_LABEL
 
@@ -142,14 +143,14 @@ def render_secret(workspace_id: str, tokens: dict[str, str], namespace: str) -> 
             "stringData": dict(sorted(tokens.items()))}
 
 
-def _torchrun(job: str, nnodes: int, slots: int, is_host: bool) -> str:
+def _torchrun(job: str, nnodes: int, slots: int, is_host: bool, program: str) -> str:
+    """`program`: shell words after torchrun's options (core.kubernetes.custom_command.torchrun_program)."""
     args = ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={slots}",
             f"--max-restarts={MAX_RESTARTS}", "--rdzv-backend=c10d",
-            f"--rdzv-id={job}", f"--rdzv-conf={RDZV_CONF},is_host={int(is_host)}",
-            "--monitor-interval=1", "-m", "recipes.train", "--config", CONFIG_FILE]
+            f"--rdzv-id={job}", f"--rdzv-conf={RDZV_CONF},is_host={int(is_host)}", "--monitor-interval=1"]
     # The endpoint and local address come from the environment at run time.
     return (shlex.join(args[:5]) + ' --rdzv-endpoint="$GEOTRAIN_RDZV_HOST:$GEOTRAIN_RDZV_PORT"'
-            + ' --local-addr="$POD_IP" ' + shlex.join(args[5:]))
+            + ' --local-addr="$POD_IP" ' + shlex.join(args[5:]) + " " + program)
 
 
 def _env(workspace_id: str, job: str, backend: str, group: NodeGroup,
@@ -232,16 +233,18 @@ def _affinity(workspace_id: str, group: NodeGroup) -> dict[str, Any]:
     return affinity
 
 
-def pod_script(before_wait: str, job: str, nnodes: int, slots: int, is_host: bool) -> str:
+def pod_script(before_wait: str, job: str, nnodes: int, slots: int, is_host: bool,
+               program: str = shlex.join(["-m", "recipes.train", "--config", CONFIG_FILE])) -> str:
     """The pod's shell: find python, run `before_wait` (the dependency install), wait for the
-    rendezvous, exec torchrun."""
+    rendezvous, exec torchrun on `program` (the recipe, or a custom-training command)."""
     find_python, wait = WAIT_FOR_RDZV.split("\n", 1)
-    return f"{find_python}\n{before_wait}{wait}{_torchrun(job, nnodes, slots, is_host)}"
+    return f"{find_python}\n{before_wait}{wait}{_torchrun(job, nnodes, slots, is_host, program)}"
 
 
 def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Cluster, group: NodeGroup,
                   nnodes: int, backend: str, is_host: bool, secret_keys: Iterable[str],
-                  ws_spec: WorkspaceSpec, source: dict[str, Any] | None, settings: dict[str, str]) -> dict:
+                  ws_spec: WorkspaceSpec, source: dict[str, Any] | None, settings: dict[str, str],
+                  workdir: dict[str, Any] | None = None) -> dict:
     image = choice.image
     container = {
         "name": "trainer",
@@ -266,7 +269,9 @@ def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Clu
     }
     before = delivery.add_delivery(spec, container, image, choice.delivered, cluster.config,
                                    cluster.kind, source)
-    container["command"] = ["/bin/sh", "-c", pod_script(before, job, nnodes, group.slots, is_host)]
+    custom.add_command(spec, container, ws_spec, workdir, f"{WORK_DIR}/out")
+    container["command"] = ["/bin/sh", "-c", pod_script(before, job, nnodes, group.slots, is_host,
+                                                        custom.torchrun_program(ws_spec, CONFIG_FILE))]
     _harden_pod(spec, cluster, group)
     runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
     if runtime_class is None and group.vendor == "nvidia" and cluster.kind == "geotrain":
@@ -312,6 +317,7 @@ def _source(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster, placed, na
     if not any(group_image(spec, cluster, g).delivered for g, _ in placed):
         return [], None
     files = delivery.recipes_files()
+    files = custom.with_loop_package(files) if custom.is_custom(spec) else files
     maps = delivery.render_source_maps(job_name(workspace_id), _metadata(workspace_id, "", namespace), files)
     return maps, delivery.source_volume(maps, files)
 
@@ -320,7 +326,7 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                        groups: list[NodeGroup], namespace: str = "default",
                        secret_keys: Iterable[str] = (),
                        source: dict[str, Any] | None = None,
-                       settings: dict[str, str] | None = None) -> dict[str, Any]:
+                       settings: dict[str, str] | None = None, workdir: dict[str, Any] | None = None) -> dict[str, Any]:
     """The Volcano Job: a master task and one worker task per node group, gang-scheduled.
     `source`: the recipes volume (render_manifests passes the one of its ConfigMaps);
     `settings`: plain env values for the trainer (checked by the caller; never a secret)."""
@@ -330,7 +336,7 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     job, backend, keys = job_name(workspace_id), dist_backend(placed), list(secret_keys)
     template = lambda group, is_host: _pod_template(  # noqa: E731
         workspace_id, job, group_image(spec, cluster, group), cluster, group, spec.workers,
-        backend, is_host, keys, spec, source, dict(settings or {}))
+        backend, is_host, keys, spec, source, dict(settings or {}), workdir)
     tasks = (datacenter_tasks(placed, template, asked_datacenters(spec.config)) if uses_datacenters(placed)
              else _node_tasks(placed, template))
     return add_recovery({
@@ -356,7 +362,9 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     `settings`: plain env values for the trainer (render_volcano_job)."""
     placed = place(groups, spec.workers, cluster.name, asked_datacenters(spec.config))
     maps, source = _source(workspace_id, spec, cluster, placed, namespace)
-    job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens, source, settings)
+    code, workdir = custom.workdir_maps(job_name(workspace_id), _metadata(workspace_id, "", namespace), spec)
+    maps += code
+    job = render_volcano_job(workspace_id, spec, cluster, groups, namespace, tokens, source, settings, workdir)
     backend = dist_backend(placed)
     out = [render_config_map(workspace_id, spec, namespace, backend, cluster)] + maps
     if tokens:
@@ -371,36 +379,3 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     # the watcher runs the master group's image: on a node of that group's CPU (an arm64 GH200 cannot run amd64)
     watcher[-1]["spec"]["template"]["spec"]["nodeSelector"] = {ARCH_LABEL: placed[0][0].arch}
     return out + ([claim] if claim else []) + [fence, *watcher, job]
-
-
-def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
-    """YAML for people: a Secret shows its keys only, never values; the recipes ConfigMaps
-    a count of their files, not the source."""
-    shown = []
-    for manifest in manifests:
-        if manifest["kind"] == "Secret":
-            manifest = {**manifest, "stringData": {k: "<hidden>" for k in manifest["stringData"]}}
-        elif manifest["metadata"].get("labels", {}).get(delivery.PART_LABEL) == "recipes":
-            data = manifest["data"]
-            size = sum(len(v.encode()) for v in data.values())
-            manifest = {**manifest, "data": {"<recipes source>": f"{len(data)} files, {size} bytes "
-                                             "from the installed recipes package"}}
-        shown.append(manifest)
-    return yaml.dump_all(shown, Dumper=_ReadableDumper, sort_keys=False, width=100)
-
-
-class _ReadableDumper(yaml.SafeDumper):
-    """Multi-line strings (the pod's shell script, config.yaml) as literal blocks.
-
-    No aliases: a dict shared by two manifests is printed twice, not as `&id001`/`*id001`."""
-
-    def ignore_aliases(self, data) -> bool:
-        return True
-
-
-def _str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
-    style = "|" if "\n" in text else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
-
-
-_ReadableDumper.add_representer(str, _str)

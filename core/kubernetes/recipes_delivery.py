@@ -133,8 +133,8 @@ def recipes_files(root: Path | None = None) -> list[SourceFile]:
     return found
 
 
-def config_map_names(job: str, count: int) -> list[str]:
-    return [f"{job}-recipes-{i}" for i in range(count)]
+def config_map_names(job: str, count: int, part: str = "recipes") -> list[str]:
+    return [f"{job}-{part}-{i}" for i in range(count)]
 
 
 def _chunks(files: list[SourceFile]) -> list[list[tuple[str, SourceFile]]]:
@@ -152,11 +152,12 @@ def _chunks(files: list[SourceFile]) -> list[list[tuple[str, SourceFile]]]:
     return groups
 
 
-def render_source_maps(job: str, metadata: dict[str, Any],
-                       files: list[SourceFile]) -> list[dict[str, Any]]:
-    """The ConfigMaps holding the recipes source (metadata: the workspace's labels)."""
+def render_source_maps(job: str, metadata: dict[str, Any], files: list[SourceFile],
+                       part: str = "recipes") -> list[dict[str, Any]]:
+    """The ConfigMaps holding the recipes source, or another source tree (`part`: a custom-training
+    workdir), labelled alike so that they go with the workspace (metadata: the workspace's labels)."""
     maps = []
-    for name, group in zip(config_map_names(job, len(_chunks(files))), _chunks(files)):
+    for name, group in zip(config_map_names(job, len(_chunks(files)), part), _chunks(files)):
         labels = {**metadata["labels"], PART_LABEL: "recipes"}
         maps.append({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {**metadata, "name": name, "labels": labels},
@@ -164,12 +165,12 @@ def render_source_maps(job: str, metadata: dict[str, Any],
     return maps
 
 
-def source_volume(maps: list[dict[str, Any]], files: list[SourceFile]) -> dict[str, Any]:
+def source_volume(maps: list[dict[str, Any]], files: list[SourceFile], name: str = "recipes-src") -> dict[str, Any]:
     """One projected volume rebuilding the package tree from the ConfigMaps, read-only files."""
     paths = {f"f{i:03d}-" + KEY_RE.sub("_", f.path.rsplit("/", 1)[-1]): f.path for i, f in enumerate(files)}
     sources = [{"configMap": {"name": m["metadata"]["name"],
                               "items": [{"key": k, "path": paths[k]} for k in m["data"]]}} for m in maps]
-    return {"name": "recipes-src", "projected": {"defaultMode": 0o444, "sources": sources}}
+    return {"name": name, "projected": {"defaultMode": 0o444, "sources": sources}}
 
 
 def source_selector(workspace_label: str) -> str:
