@@ -21,7 +21,10 @@ from types import ModuleType
 
 ALIAS = "_geotrain_recipes"
 PUBLIC = "recipes"
-RECIPES_DIR = Path(__file__).resolve().parent.parent  # the folder this package ships in
+# The folder this package ships in (installed: recipes/geotrain_loop), or beside it (a pod's delivered
+# source: /opt/geotrain/src/{recipes,geotrain_loop}, core.kubernetes.custom_command)
+_HOME = Path(__file__).resolve().parent.parent
+RECIPES_DIR = _HOME if (_HOME / "algorithms").is_dir() else _HOME / PUBLIC
 
 
 class _RenameRecipes(ast.NodeTransformer):

@@ -15,7 +15,8 @@ import pytest
 from core.domain.records import Cluster, WorkspaceSpec
 from core.errors import InvalidInput
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.custom_command import WORKDIR_MOUNT
+from core.kubernetes.custom_command import WORKDIR_MOUNT, with_loop_package
+from core.kubernetes.recipes_delivery import recipes_files
 from core.kubernetes.manifests import manifests_yaml, render_manifests, render_volcano_job
 from core.kubernetes.node_groups import NodeGroup
 from core.kubernetes.pod_security import pod_specs, violations
@@ -100,9 +101,13 @@ def test_a_workdir_that_cannot_ship_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_the_rendered_pods_run_the_readme_loop_under_torchrun(tmp_path):
-    (tmp_path / "train.py").write_text(snippet())
+    (tmp_path / "train.py").write_text("import geotrain_loop\nprint('geotrain_loop from', geotrain_loop.__file__)\n"
+                                        + snippet())
     spec = custom_spec(workers=2, preset="medium", workdir=str(tmp_path), command=["python", "train.py"])
     job = render_volcano_job("custom-run", spec, Cluster("dc", "geotrain"), [NodeGroup("cpu", 0, ("a", "b"))])
+    for source in with_loop_package(recipes_files()):  # what the pods' recipes volume holds, on PYTHONPATH
+        (tmp_path / source.path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source.path).write_text(source.text)
     port = _free_port()
     procs = [_pod_process(task, tmp_path, port, OMP_NUM_THREADS="1") for task in job["spec"]["tasks"]]
     outputs = []
@@ -113,3 +118,4 @@ def test_the_rendered_pods_run_the_readme_loop_under_torchrun(tmp_path):
     sent = [int(n.replace(",", "")) for out in outputs for n in re.findall(r"sent ([0-9,]+) bytes", out)]
     assert len(sent) == 2 and sent[0] == sent[1] > 0
     assert all("geotrain_loop: preset medium (diloco, H=12" in out for out in outputs)
+    assert all(str(tmp_path / "geotrain_loop") in out for out in outputs)  # the delivered copy ran
