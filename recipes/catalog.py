@@ -14,6 +14,9 @@ MODEL_SIZES: dict[str, dict[str, dict]] = {
         # the recipe protocol's CPU model (recipes/bench/protocol.py): 1.25M parameters, byte tokens
         "small": dict(hidden_size=128, num_layers=6, num_heads=4, vocab_size=256,
                       max_position_embeddings=256, window_size=64),
+        # the protocol's GPU model (recipes/bench/gpu.sh): 25.3M parameters, byte tokens
+        "25m": dict(hidden_size=512, num_layers=8, num_heads=8, vocab_size=256,
+                    max_position_embeddings=256, window_size=64),
         "125m": dict(hidden_size=768, num_layers=12, num_heads=12, vocab_size=50257,
                      max_position_embeddings=2048, window_size=256),
         "1.3b": dict(hidden_size=2048, num_layers=24, num_heads=16, vocab_size=50257,
