@@ -36,7 +36,7 @@ COMMAND_MODULES = {  # group -> the modules that register its commands, in listi
     "workspaces": ["core.cli.workspaces", "core.cli.workspace_results", "core.cli.workspace_drilldown",
                    "core.cli.workspace_notify"],
     "clusters": ["core.cli.clusters", "core.cli.cluster_kubernetes", "core.cli.cluster_bootstrap",
-                 "core.cli.cluster_plan"],
+                 "core.cli.cluster_plan", "core.cli.cluster_check"],
     "nodes": ["core.cli.nodes"],
 }
 
