@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.bootstrap import checksums, containerd, offline, versions
+from core.bootstrap import checksums, containerd, offline, versions, volcano
 from core.bootstrap.plan import FACTS_KEY, ClusterPlan, DeployContext, NodeTarget
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
+from core.domain.architectures import node_arch
 from core.nodes import blockers as policy
 from core.nodes import facts as node_facts
 from core.nodes.facts import gpus
@@ -80,8 +81,18 @@ def _check(ctx: DeployContext, target: NodeTarget) -> str:
     kind = "NVIDIA GPUs" if "nvidia" in vendors else "AMD GPUs" if "amd" in vendors else "no GPUs"
     system = facts.get("system", {})
     said = (f"{system.get('os_id') or 'linux'} {system.get('os_version', '')}, {kind}, "
-            f"{_containerd_note(ctx, facts, steps)}ready")
+            f"{_containerd_note(ctx, facts, steps)}ready{_plugin_note(vendors, facts)}")
     return f"{said}; {offline.needs_line(ctx.plan, facts)}" if ctx.plan.k3s.bundle else said
+
+
+def _plugin_note(vendors: set[str], facts: dict) -> str:
+    """Where the GPU vendor's device plugin has no image for the node's CPU (ROCm's is amd64 only:
+    volcano.PLUGIN_ARCHES), its GPUs are never advertised: said at preflight, not found later."""
+    vendor, arch = ("nvidia" if "nvidia" in vendors else "amd" if vendors else None), node_arch(facts)
+    if vendor is None or arch in volcano.PLUGIN_ARCHES[vendor]:
+        return ""
+    return (f" (warning: the {vendor.upper()} device plugin has no {arch} image, so this node's GPUs will "
+            "not be advertised and workspaces run no GPU work on it)")
 
 
 def _containerd_note(ctx: DeployContext, facts: dict, steps: list[str]) -> str:

@@ -25,7 +25,7 @@ from tests.bootstrap.local_shell import LocalShell
 from tests.bootstrap.test_offline import _dry_run
 from tests.bootstrap.test_upstream_rules import _node
 
-VOLCANO = "docker.io/volcanosh/vc-scheduler:v1.11.0"
+VOLCANO = f"docker.io/volcanosh/vc-scheduler:{versions.volcano_for(versions.K3S_VERSION)}"
 
 
 def _bundle(tmp_path, docker=True):

@@ -1,8 +1,8 @@
 """Air-gapped sites (issue 41 item 3): what the bundle leaves to the network is said at preflight,
 and Volcano's controllers use an image already on the node.
 
-Upstream: Volcano's installer/volcano-development.yaml at v1.11.0 (shipped byte for byte,
-core/bootstrap/volcano-v1.11.0.yaml) sets `imagePullPolicy: Always` on vc-webhook-manager,
+Upstream: Volcano's installer/volcano-development.yaml at the pinned tag (v1.11.0, and v1.15.1
+alike; shipped byte for byte as core/bootstrap/volcano-<tag>.yaml) sets `imagePullPolicy: Always` on vc-webhook-manager,
 vc-controller-manager and vc-scheduler; with Always the kubelet resolves the image with the
 registry at every container start, IfNotPresent uses a local copy
 (kubernetes.io/docs/concepts/containers/images/#image-pull-policy), so only IfNotPresent works
@@ -21,7 +21,7 @@ from core.state.node_records import add_nodes
 from core.state.store import Store
 from tests.bootstrap.test_upstream_rules import _node
 
-VERSION = "v1.11.0"
+VERSION = versions.volcano_for(versions.K3S_VERSION)  # the pinned release, shipped with geotrain
 
 
 class _Recorder:
@@ -49,7 +49,9 @@ def test_the_release_pulls_always_and_geotrain_applies_it_if_not_present():
     release = volcano.shipped_manifest(VERSION)
     before = list(yaml.safe_load_all(release))
     policies = {(kind, name): c.get("imagePullPolicy") for kind, name, c in _containers(before)}
-    assert {p for p in policies.values()} == {"Always"} and len(policies) == 4  # upstream's choice
+    # upstream's choice (v1.11.0 and v1.15.1 alike): webhook-manager (admission Job and Deployment),
+    # controller-manager and scheduler
+    assert {p for p in policies.values()} == {"Always"} and len(policies) == 4
     session = _Recorder()
     path = volcano._manifest_on_server(VERSION, None, session)  # what the volcano step uploads
     after = list(yaml.safe_load_all(session.files[path]))
@@ -95,3 +97,15 @@ def _dry_run(nodes, only, bundle=None, on_event=None):
     plan = build_plan(store, "up", [n.name for n in nodes], subnet="10.77.0.0/24")
     plan.k3s.bundle = bundle
     return deploy(plan, only=only, dry_run=True, store=store, on_event=on_event)
+
+
+def test_preflight_warns_where_the_vendors_device_plugin_has_no_image_for_the_cpu(geotrain_home):
+    """ROCm/k8s-device-plugin publishes no arm64 image (its issue #151): an AMD arm64 node's GPUs
+    would never be advertised, so preflight says so; NVIDIA's plugin is built for both."""
+    nodes = [_node("amd-arm", "198.51.100.10", arch="aarch64", gpus=["amd"]),
+             _node("gh200", "198.51.100.11", arch="aarch64", gpus=["nvidia"])]
+    said = {}
+    _dry_run(nodes, only=["preflight"], on_event=lambda e: said.__setitem__(e.node, e.message)
+             if "ready" in (e.message or "") else None)
+    assert "AMD device plugin has no arm64 image" in said["amd-arm"]
+    assert "warning" not in said["gh200"]

@@ -21,9 +21,17 @@ from core.kubernetes.pod_security import pod_specs, violations
 from core.nodes.facts import device_groups, parse_all
 from tests.kubernetes.conftest import make_spec
 
-CRI = "io.containerd.grpc.v1.cri"  # config version 2's CRI plugin
+# The CRI runtime plugin's table: "io.containerd.grpc.v1.cri" in config version 2 (containerd 1.x),
+# "io.containerd.cri.v1.runtime" in version 3 (containerd 2.x; docs/cri/config.md of each release).
+CRI_TABLE = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 PVC = {"pvc": "geotrain-checkpoints"}
 ROCM_FACTS = {"gpus": [{"vendor": "amd", "name": "MI300X"}] * 8, "system": {"arch": "x86_64"}}
+
+
+def cri_runtime(config_text: str) -> dict:
+    """The CRI runtime plugin's settings of a containerd config, for its config version."""
+    config = tomllib.loads(config_text)
+    return config["plugins"][CRI_TABLE[config.get("version", 2)]]
 
 
 def _device_owner(host: tuple[int, int], container_context: dict, option: bool) -> tuple[int, int]:
@@ -50,7 +58,7 @@ def _amd_job(groups, cluster):
 def test_the_containerd_geotrain_writes_gives_devices_the_pods_owner():
     for systemd in (True, False):
         for nvidia in (True, False):
-            cri = tomllib.loads(render_config(systemd, nvidia))["plugins"][CRI]
+            cri = cri_runtime(render_config(systemd, nvidia))
             assert cri["device_ownership_from_security_context"] is True
 
 

@@ -13,8 +13,6 @@ each with its upstream source.
 
 from __future__ import annotations
 
-import tomllib
-
 import kubernetes_validate
 import pytest
 import yaml
@@ -32,6 +30,7 @@ from core.kubernetes.pod_security import pod_specs, violations
 from core.state.node_records import add_nodes
 from core.state.store import Store
 from tests.kubernetes.conftest import make_spec
+from tests.kubernetes.test_gpu_device_access import cri_runtime
 
 K8S = versions.k8s_minor(versions.K3S_VERSION) + ".0"  # the schemas of the Kubernetes k3s runs
 
@@ -82,7 +81,7 @@ def test_the_rendered_cluster_gives_each_node_what_its_cpu_and_gpus_run(built):
         config = yaml.safe_load(puts["/etc/rancher/k3s/config.yaml"])
         assert f"{ZONE_LABEL}={node.datacenter}" in config["node-label"]
         assert f"{k3s.GPU_VENDOR_LABEL}={VENDOR[name]}" in config["node-label"]
-        cri = tomllib.loads(puts[containerd.CONFIG_PATH])["plugins"]["io.containerd.grpc.v1.cri"]
+        cri = cri_runtime(puts[containerd.CONFIG_PATH])
         assert cri["device_ownership_from_security_context"] is True
         assert cri["containerd"]["default_runtime_name"] == ("nvidia" if VENDOR[name] == "nvidia" else "runc")
     server = _puts(built, "nv-x86")
