@@ -111,6 +111,15 @@ def safe_load(path, mmap: bool = False) -> dict:
     return state
 
 
+def _weights_only_problem(path: Path) -> str | None:
+    """Why `path` may not be loaded (safe_load's refusal), or None."""
+    try:
+        safe_load(path, mmap=True)
+    except CheckpointRefused as exc:
+        return str(exc)
+    return None
+
+
 class CheckpointStore:
     """One rank's view of its checkpoints in a directory, plus the optional hub mirror."""
 
@@ -214,7 +223,7 @@ class CheckpointStore:
                 best = step
                 break
         if self.artifacts is not None:
-            step = self.artifacts.restore(self.root, self.rank, newer_than=best)
+            step = self.artifacts.restore(self.root, self.rank, best, _weights_only_problem)
             if step is not None and self.is_complete(step):
                 best = step
         return best

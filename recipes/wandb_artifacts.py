@@ -25,9 +25,10 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 ARTIFACT_TYPE = "geotrain-checkpoint"
 ENV = "GEOTRAIN_CHECKPOINT_WANDB_ARTIFACTS"
@@ -77,6 +78,10 @@ class WandbArtifacts:
         return Path(artifact.download(root=str(dest)))
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)  # recipes.checkpoint_store.warn's form
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -98,7 +103,6 @@ class ArtifactMirror:
     def save(self, data_path: Path, manifest_path: Path) -> bool:
         """Publish one rank's checkpoint (its manifest as metadata); False, with a warning, when W&B
         cannot take it now (the local copy stays; training goes on)."""
-        from recipes.checkpoint_store import warn
         from recipes.telemetry import one_line
 
         manifest = json.loads(manifest_path.read_text())
@@ -107,7 +111,7 @@ class ArtifactMirror:
                                  f"step-{manifest['step']:08d}")
             return True
         except Exception as exc:  # noqa: BLE001 - W&B's own errors: reported, not fatal
-            warn(f"saving {data_path.name} of step {manifest['step']} as a W&B artifact failed: {one_line(exc)}")
+            _warn(f"saving {data_path.name} of step {manifest['step']} as a W&B artifact failed: {one_line(exc)}")
             return False
 
     def listed(self, rank: int) -> list[tuple[int, str]]:
@@ -124,11 +128,11 @@ class ArtifactMirror:
                 found.append((step, str(entry["version"])))
         return sorted(found, reverse=True)
 
-    def restore(self, root: Path, rank: int, newer_than: int | None = None) -> int | None:
+    def restore(self, root: Path, rank: int, newer_than: int | None,
+                loads: Callable[[Path], str | None]) -> int | None:
         """Put the newest complete, checked version (newer than `newer_than`) into `root` as
-        recipes.checkpoint_store lays it out; its step, or None when none passes."""
-        from recipes.checkpoint_store import CheckpointRefused, rank_files, safe_load, warn
-
+        recipes.checkpoint_store lays it out (step_<S>/rank_<R>.pt and .json); its step, or None when
+        none passes. `loads(path)`: why the file may not be loaded (the weights-only check), or None."""
         for step, version in self.listed(rank):
             if newer_than is not None and step <= newer_than:
                 return None
@@ -137,24 +141,20 @@ class ArtifactMirror:
             where = f"W&B artifact {self.name(rank)}:{version} (step {step})"
             try:
                 got = self.backend.download(self.name(rank), version, fresh)
-                why = self._problem(got, rank, step)
-                if why is None:
-                    try:
-                        safe_load(got / f"rank_{rank}.pt", mmap=True)
-                    except CheckpointRefused as exc:
-                        why = str(exc)
+                why = self._problem(got, rank, step) or loads(got / f"rank_{rank}.pt")
                 if why:
-                    warn(f"{where} is refused: {why}: skipped")
+                    _warn(f"{where} is refused: {why}: skipped")
                     continue
-                data_path, manifest_path = rank_files(root, step, rank)
-                data_path.parent.mkdir(parents=True, exist_ok=True)
+                folder = root / f"step_{step:08d}"
+                data_path, manifest_path = folder / f"rank_{rank}.pt", folder / f"rank_{rank}.json"
+                folder.mkdir(parents=True, exist_ok=True)
                 os.replace(got / data_path.name, data_path)
                 os.replace(got / manifest_path.name, manifest_path)  # last: marks it complete
                 return step
             except Exception as exc:  # noqa: BLE001 - a download that fails: the next one
                 from recipes.telemetry import one_line
 
-                warn(f"{where} could not be restored: {one_line(exc)}: skipped")
+                _warn(f"{where} could not be restored: {one_line(exc)}: skipped")
             finally:
                 shutil.rmtree(fresh, ignore_errors=True)
         return None
@@ -185,9 +185,7 @@ def mirror_from_env() -> ArtifactMirror | None:
         return None
     workspace = os.environ.get("GEOTRAIN_WORKSPACE")
     if not workspace:  # without it two workspaces' artifacts would share names: restore could take another's
-        from recipes.checkpoint_store import warn
-
-        warn("recovery.wandb_artifacts is set but GEOTRAIN_WORKSPACE is not: checkpoints stay off W&B")
+        _warn("recovery.wandb_artifacts is set but GEOTRAIN_WORKSPACE is not: checkpoints stay off W&B")
         return None
     return ArtifactMirror(WandbArtifacts(), workspace)
 

@@ -23,23 +23,23 @@ from core.kubernetes.recipes_delivery import source_selector
 from core.kubernetes.client import (NETWORK_ERRORS, REQUEST_TIMEOUT, SCHEDULING_GROUP,
                               SCHEDULING_VERSION, VOLCANO_GROUP, VOLCANO_VERSION, ApiError,
                               api_errors, check_volcano, load_api_client)
-from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name, deployed_settings,
+from core.kubernetes.manifests import (WORKSPACE_ANNOTATION, config_map_name,
                             manifests_yaml, render_manifests, secret_name, token_env_names)
 from core.domain.records import Cluster, Status, WorkspaceSpec
 from core.kubernetes.node_groups import NodeGroup, cluster_groups
 from core.kubernetes.registry_auth import pull_secret_name, split_registry_auth, with_pull_secret
 from core.kubernetes.recovery_manifests import claim_name, kept_after_delete
 from core.kubernetes.network_policy import policy_name
-from core.kubernetes.watcher_manifests import WATCHED_ANNOTATION, history_name, watcher_name
-from core.kubernetes import watcher_history
+from core.kubernetes.watcher_manifests import history_name, watcher_name
+from core.backends.kubernetes_recovery import JobRecovery
 from core.state.secret_store import SecretStore, redact
 from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
 from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progress_row, read_json
 from core.kubernetes.admission import admission_errors
-from core.kubernetes.failed_pods import keep_failed_pods, keeps_failed_pods
-from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, failure, init_log_wanted,
-                                        first_failures, master_exit_code, pod_phase, unschedulable_message,
+from core.kubernetes.failed_pods import keep_failed_pods
+from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, init_log_wanted,
+                                        master_exit_code, pod_phase, unschedulable_message,
                                         worker_detail)
 from core.domain.run_events import combine, one_line
 
@@ -60,7 +60,7 @@ TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.Core
 WATCHER_KINDS = ("Deployment", "RoleBinding", "Role", "ServiceAccount")
 
 
-class KubernetesBackend(PodDrilldown, Backend):
+class KubernetesBackend(PodDrilldown, JobRecovery, Backend):
     """Runs workspaces as Volcano jobs in the cluster's namespace (default `default`)."""
 
     def __init__(self, cluster: Cluster, log_poll_s: float = 1.0,
@@ -158,29 +158,6 @@ class KubernetesBackend(PodDrilldown, Backend):
             else:
                 self._typed("create", kind)(self.namespace, manifest, _request_timeout=REQUEST_TIMEOUT)
 
-    def recover(self, workspace_id: str, spec: WorkspaceSpec, state: WorkspaceState) -> str | None:
-        """A pod that went Failed, or a job Volcano gave up on: submit the job again. Its
-        pods mount the same checkpoint volume, so training resumes from the newest checkpoint."""
-        job = self._job(workspace_id)
-        if job is None or state.status == Status.COMPLETED.value or keeps_failed_pods(job):
-            return None  # keeps_failed_pods: recovery.keep_failed_pods, the failed pod stays for a look
-        if WATCHED_ANNOTATION in (job["metadata"].get("annotations") or {}):
-            return None  # its watcher, in the cluster, replaces lost pods (recipes/watcher.py)
-        phase = ((job.get("status") or {}).get("state") or {}).get("phase", "")
-        failed = first_failures(self._pods(workspace_id))
-        if not failed and JOB_PHASES.get(phase) is not Status.FAILED:
-            return None
-        if failed:
-            pod = failed[0]
-            cause = f"pod {self._label(workspace_id, pod['metadata']['name'])} failed ({failure(pod)})"
-        else:
-            cause = f"Volcano job {phase.lower()} after its own retries"
-        manifest = self._manifests(workspace_id, spec, {n: "<hidden>" for n in token_env_names(spec)},
-                                   deployed_settings(job))[-1]
-        self._delete_object("Job", job_name(workspace_id))
-        self._create(manifest)
-        return cause
-
     def _delete_object(self, kind: str, name: str) -> None:
         """Delete one object; one that is already gone is fine."""
         body = client.V1DeleteOptions(propagation_policy="Background")
@@ -250,23 +227,16 @@ class KubernetesBackend(PodDrilldown, Backend):
             raise
 
     def _history_map(self, workspace_id: str) -> dict[str, Any] | None:
+        """The watcher's history ConfigMap (core.kubernetes.watcher_history); None when there is none."""
         try:
             with self._errors("reading the watcher's history"):
-                response = client.CoreV1Api(self.api).read_namespaced_config_map(
+                return read_json(client.CoreV1Api(self.api).read_namespaced_config_map(
                     history_name(job_name(workspace_id)), self.namespace, _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT)
+                    _request_timeout=REQUEST_TIMEOUT))
         except ApiError as exc:
             if exc.status == 404:  # deployed before the watcher, or deleted
                 return None
             raise
-        return read_json(response)
-
-    def history(self, workspace_id: str) -> list[dict]:
-        """The recoveries the workspace's watcher made and wrote down (core.kubernetes.watcher_history)."""
-        return watcher_history.read_history(self._history_map(workspace_id))
-
-    def watcher(self, workspace_id: str) -> dict | None:
-        return watcher_history.read_state(self._history_map(workspace_id))
 
     def _pods(self, workspace_id: str) -> list[dict[str, Any]]:
         with self._errors("listing pods"):

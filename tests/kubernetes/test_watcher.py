@@ -102,6 +102,13 @@ def _geotrain(*argv: str) -> subprocess.CompletedProcess:
 
 def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fake, kubeconfig, tmp_path):
     fake.replace_deleted_pods = True  # the stand-in plays Volcano's syncJob
+    # a process with the CLI's command line and this home (a stand-in for a CLI left running): the check sees it
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "core.cli"], cwd=REPO)
+    try:
+        assert _wait(lambda: _geotrain_processes(os.environ["GEOTRAIN_HOME"]), "the check to see one", 30)
+    finally:
+        alive.kill()
+        alive.wait()
     done = _geotrain("clusters", "add-kubernetes", "away", "--kubeconfig", kubeconfig)
     assert done.returncode == 0, done.stderr
     done = _geotrain("workspaces", "deploy", "distributed-training", "--cluster", "away", "--model", "gpt-neo",
@@ -125,8 +132,7 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
                                 "--api", fake.url], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     try:
-        ours = [p for p in psutil.process_iter(["cmdline"]) if "core.cli" in " ".join(p.info["cmdline"] or [])]
-        assert ours == []  # no geotrain CLI or app is alive: the user's machine is "closed"
+        assert _geotrain_processes(os.environ["GEOTRAIN_HOME"]) == []  # the user's machine is "closed"
         _wait(lambda: json.loads(fake.objects[("configmaps", "default", f"{job}-history")]["data"]
                                  ["watcher.json"]).get("running") == 2, "the watcher's first look")
 
@@ -188,6 +194,19 @@ def test_the_budget_is_kept_across_a_restarted_watcher_and_then_given_up(fake, t
     assert [e["kind"] for e in _history_of(fake, "gt-ws-b")] == ["recovery", "gave_up"]
     assert fake.objects[("pods", "default", worker)]["metadata"]["uid"] == uid  # left as it is
     assert KubernetesBackend(cluster).history("ws-b")[-1]["cause"] == "pod worker-0 failed: Error, exit code 1"
+
+
+def _geotrain_processes(home: str) -> list[psutil.Process]:
+    """This test's geotrain CLI or app processes (its GEOTRAIN_HOME: other work on the machine is not ours)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(part in ("core.cli", "tui.entry") or part.endswith("/geotrain") for part in proc.info["cmdline"] or []) \
+                    and proc.environ().get("GEOTRAIN_HOME") == home:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 def _history_of(fake, job: str) -> list[dict]:
