@@ -67,3 +67,39 @@ def test_custom_training_deploy_running_curves_logs_export_delete(geotrain_home,
     service.delete(workspace_id)
     assert not run_dir.exists() and workspace_processes(workspace_id) == []
     assert (ROOT / "tests" / "examples" / "train_plain.py").exists()  # the user's directory is theirs
+
+
+def test_the_deploy_form_offers_custom_training(geotrain_home, tmp_path):
+    """The form's template custom-training shows a command and directory; a command that cannot be split is
+    said inline and nothing is deployed; a good one deploys and opens the workspace."""
+    from textual.widgets import Input, Select, Static
+
+    from tui.screens.workspace_deploy import DeployScreen
+
+    (tmp_path / "train.py").write_text("print('[rank 0] step 1/1 loss 1.0', flush=True)\n")
+    service = WorkspaceService()
+    app = make_app(service, poll_seconds=0.5)
+
+    async def run():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("c")
+            await on_screen(pilot, DeployScreen)
+            form = app.screen
+            assert not form.query_one("#custom-row").display
+            form.query_one("#template", Select).value = "custom-training"
+            await until(pilot, lambda: form.query_one("#custom-row").display)
+            form.query_one("#workdir", Input).value = str(tmp_path)
+            form.query_one("#command", Input).value = "python 'train.py"
+            await pilot.press("ctrl+s")
+            error = form.query_one("#form-error", Static)
+            await until(pilot, lambda: "cannot be split" in str(error.render()))
+            assert service.list(refresh=False) == []
+            form.query_one("#command", Input).value = "python train.py"
+            await pilot.press("ctrl+s")
+            await on_screen(pilot, WorkspaceDetailScreen, 60)
+            return app.screen.workspace_id
+    workspace_id = asyncio.run(run())
+    spec = service.get(workspace_id).spec
+    assert (spec.template, spec.command, spec.workdir) == ("custom-training", ["python", "train.py"], str(tmp_path))
+    assert _wait(service, workspace_id, {"COMPLETED", "FAILED"}, 120).status == "COMPLETED"
+    service.delete(workspace_id)

@@ -1,5 +1,5 @@
-"""The deploy form: template, cluster, model, size, preset, workers, steps, and the
-W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config; `ctrl+r`
+"""The deploy form: template, cluster, model, size (custom-training: command and directory), preset,
+workers, steps, and the W&B / HF tokens in password fields. `ctrl+e` opens the full detailed config; `ctrl+r`
 takes the planner's advice (its preset in the form, its H and overlap as `--set` items on top
 of the form and any edited config) until a choice it was computed for changes.
 
@@ -22,6 +22,7 @@ from textual.widgets import Button, Footer, Header, Input, Select, Static
 from core.domain import recipe_catalog
 from core.state.cluster_records import list_clusters
 from core.errors import GeotrainError, InvalidInput
+from core.domain.custom_training import CUSTOM_TRAINING
 from core.domain.records import TEMPLATES
 from core.domain.terminal_text import printable
 from core.planner.cluster_inputs import DEFAULT_STEP_S, plan_for_cluster
@@ -75,6 +76,10 @@ class DeployScreen(GeotrainScreen):
                 yield FormField("Model", Select([], id="model"))
                 yield FormField("Size", Select([], id="size"))
                 yield FormField("Gradient compression", Select([], id="preset"))
+            with Horizontal(classes="row", id="custom-row"):  # custom-training only
+                yield FormField("Command (split into words, never run by a shell)",
+                                Input(placeholder="python train.py --epochs 1", id="command"))
+                yield FormField("Working directory", Input(placeholder="where train.py is", id="workdir"))
             with Horizontal(classes="row"):
                 yield FormField("Workers", Input(str(DEFAULTS["workers"]), type="integer", id="workers"))
                 yield FormField("Steps", Input(str(DEFAULTS["steps"]), type="integer", id="steps"))
@@ -94,7 +99,13 @@ class DeployScreen(GeotrainScreen):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one("#custom-row").display = False
         self._load_choices()
+
+    @on(Select.Changed, "#template")
+    def _template_changed(self, event: Select.Changed) -> None:
+        """custom-training: your command and directory (model and size are your script's own)."""
+        self.query_one("#custom-row").display = event.value == CUSTOM_TRAINING
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="choices", name="Loading choices")
     def _load_choices(self) -> None:
@@ -210,11 +221,13 @@ class DeployScreen(GeotrainScreen):
 
     def request(self) -> DeployRequest:
         """The form as a DeployRequest; raises InvalidInput for what it can see itself."""
-        return DeployRequest(cluster=self._value("#cluster") or "local",
-                             model=self._value("#model"), size=self._value("#size"),
-                             preset=self._value("#preset"),
-                             workers=self._number("#workers", "Workers"),
-                             steps=self._number("#steps", "Steps"),
+        custom = self._value("#template") == CUSTOM_TRAINING
+        common = dict(cluster=self._value("#cluster") or "local", preset=self._value("#preset"),
+                      workers=self._number("#workers", "Workers"), steps=self._number("#steps", "Steps"))
+        if custom:
+            return DeployRequest(**common, template=CUSTOM_TRAINING, command=self.query_one("#command", Input).value,
+                                 workdir=self.query_one("#workdir", Input).value.strip() or None)
+        return DeployRequest(**common, model=self._value("#model"), size=self._value("#size"),
                              config_text=self.config_text, config_source="detailed config",
                              sets=self.applied.sets if self.applied else ())
 
