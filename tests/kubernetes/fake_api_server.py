@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import re
+import ssl
 import threading
 import time
 import uuid
@@ -70,12 +71,14 @@ class FakeKubeAPI:
         # Volcano's syncJob makes a job's deleted pod again (same name, new uid, Pending); on for the
         # watcher's tests, where nothing else plays the controller
         self.replace_deleted_pods = False
+        self.authorizations: list[str] = []  # the Authorization header of each request, in order
         self.cond = threading.Condition()
         self.closed = False
         self._server: ThreadingHTTPServer | None = None
 
     # lifecycle -------------------------------------------------------------------
-    def start(self) -> str:
+    def start(self, tls: "ssl.SSLContext | None" = None) -> str:
+        """Serve on loopback; with `tls` (a server context) over HTTPS, as a real API server does."""
         api = self
 
         class Handler(_Handler):
@@ -83,8 +86,10 @@ class FakeKubeAPI:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{'https' if tls else 'http'}://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
         with self.cond:
@@ -345,6 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         self.body = json.loads(self.rfile.read(length) or b"{}")  # read always: keep-alive
         self.fake.requests.append((method, url.path, query))
+        self.fake.authorizations.append(self.headers.get("Authorization", ""))
         path = url.path
         pod_exec = re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/([^/]+)/exec", path)
         if pod_exec and method == "GET":

@@ -269,3 +269,68 @@ def test_a_failed_pod_kept_for_a_look_is_left_where_it_failed(fake, tmp_path):
         [("kept", "pod worker-0 failed: Error, exit code 1")]
     assert fake.objects[("pods", "default", worker)]["metadata"]["uid"] == uid
     assert not any(m == "DELETE" for m, _, _ in fake.requests)
+
+
+def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (what a cluster's CA would sign for the API server)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_in_the_pod_it_speaks_https_with_its_token_and_checks_the_servers_certificate(tmp_path, monkeypatch):
+    """Api.in_cluster(): the address kubelet puts in the environment, the service account's token and
+    CA as kubelet mounts them (SA_DIR pointed at a folder here); a server the CA did not sign is refused."""
+    import ssl
+    import urllib.error
+
+    import recipes.watcher as watcher_module
+    from recipes.watcher import Api, Watcher
+    from tests.kubernetes.fake_api_server import FakeKubeAPI
+
+    cert, key = _self_signed(tmp_path, "apiserver")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    api = FakeKubeAPI()
+    url = api.start(tls=context)
+    try:
+        api.objects[("jobs", "default", "gt-t")] = {"metadata": {"name": "gt-t", "uid": "j"},
+                                                   "status": {"state": {"phase": "Running"}}}
+        api.objects[("configmaps", "default", "gt-t-history")] = {
+            "metadata": {"name": "gt-t-history", "resourceVersion": "1", "uid": "c"}, "data": {}}
+        account = tmp_path / "serviceaccount"
+        account.mkdir()
+        (account / "token").write_text("watcher-token-123\n")
+        (account / "ca.crt").write_bytes(cert.read_bytes())
+        monkeypatch.setattr(watcher_module, "SA_DIR", str(account))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", url.rsplit(":", 1)[1])
+        assert Watcher(Api.in_cluster(), "default", "gt-t", "gt-t-history", 1).poll()
+        assert api.authorizations and set(api.authorizations) == {"Bearer watcher-token-123"}
+        assert json.loads(api.objects[("configmaps", "default", "gt-t-history")]["data"]["watcher.json"])["budget"] == 1
+
+        other, _ = _self_signed(tmp_path, "impostor")  # a CA that did not sign this server
+        (account / "ca.crt").write_bytes(other.read_bytes())
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):  # urllib wraps the SSL error
+            Api.in_cluster().call("GET", "/api/v1/namespaces/default/pods")
+    finally:
+        api.stop()
