@@ -218,11 +218,16 @@ class Loop:
             record["lan_bytes"] = self.lan_bytes
         if self._losses:
             record["loss"] = sum(self._losses) / len(self._losses)
-        if self.scheduler is not None:
-            record["lr"] = self.scheduler.get_last_lr()[0]
-        loss = f" loss {record['loss']:.4f}" if "loss" in record else ""
-        _telemetry.say(self.rt.rank, f"step {self.step_count}/{self.total or self.step_count}{loss} outer "
-                                     f"{self.outer_step} sent {self.bytes_sent / 1e6:.3f}MB")
+        groups = getattr(self.optimizer, "param_groups", None) or [{}]
+        lr = self.scheduler.get_last_lr()[0] if self.scheduler is not None else groups[0].get("lr")
+        if isinstance(lr, (int, float)):
+            record["lr"] = float(lr)
+        # recipes.train's progress line, which the Kubernetes backend reads curves from (core.kubernetes.pod_logs)
+        said = f"step {self.step_count}/{self.total or self.step_count}"
+        if "loss" in record:
+            said += f" loss {record['loss']:.4f}" + (f" lr {record['lr']:.2e}" if "lr" in record else "")
+        said += f" outer {self.outer_step} sent {self.bytes_sent / 1e6:.3f}MB {1000 * record['step_time']:.1f}ms/step"
+        _telemetry.say(self.rt.rank, said)
         if self.telemetry is not None:
             self.telemetry.log(record)
         self._losses, self._window = [], time.perf_counter()

@@ -119,3 +119,23 @@ def test_the_rendered_pods_run_the_readme_loop_under_torchrun(tmp_path):
     assert len(sent) == 2 and sent[0] == sent[1] > 0
     assert all("geotrain_loop: preset medium (diloco, H=12" in out for out in outputs)
     assert all(str(tmp_path / "geotrain_loop") in out for out in outputs)  # the delivered copy ran
+
+
+def test_the_loops_progress_lines_are_what_the_backend_reads_curves_from(capsys, monkeypatch):
+    """On Kubernetes the curves come from rank 0's progress lines (core.kubernetes.pod_logs): geotrain_loop
+    prints them in recipes.train's own format."""
+    import torch
+
+    import geotrain_loop
+    from core.kubernetes.pod_logs import progress_row
+
+    for var in ("RANK", "WORLD_SIZE", "GEOTRAIN_GROUP_STORE", "GEOTRAIN_OUT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    model = torch.nn.Linear(4, 1)
+    loop = geotrain_loop.Loop(model, torch.optim.AdamW(model.parameters(), lr=1e-3), "low", steps=20)
+    for _ in range(20):
+        loss = model(torch.randn(8, 4)).square().mean()
+        loss.backward()
+        loop.step(loss)
+    rows = [row for line in capsys.readouterr().out.splitlines() if (row := progress_row(line))]
+    assert [(r["step"], r["lr"], r["outer_step"]) for r in rows] == [(10, 0.001, 1), (20, 0.001, 2)]
