@@ -121,6 +121,11 @@ def tls_sans(plan: ClusterPlan, spec: NodeSpec, public: list[str]) -> list[str]:
     return sorted(names)
 
 
+def _minor(k3s_version: str) -> tuple[int, int]:
+    major, minor = versions.k8s_minor(k3s_version).split(".")
+    return int(major), int(minor)
+
+
 def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
     """The k3s configuration of one node (keys are k3s flag names)."""
     spec = target.spec
@@ -134,8 +139,14 @@ def node_flags(plan: ClusterPlan, target: NodeTarget) -> dict:
         flags["node-external-ip"] = public[0]
     if plan.vpn:
         flags["flannel-iface"] = plan.interface
-    if target.facts.get("init", {}).get("systemd"):
-        flags["kubelet-arg"] = ["cgroup-driver=systemd"]
+    kubelet = ["cgroup-driver=systemd"] if target.facts.get("init", {}).get("systemd") else []
+    if target.facts.get("cgroup", {}).get("version") == 1 and _minor(plan.k3s.version) >= (1, 35):
+        # Kubernetes 1.35's kubelet refuses cgroup v1 hosts by default (KEP-5573,
+        # kubernetes/kubernetes#134298: failCgroupV1 true); v1 is unsupported upstream from then
+        # on, but runs when the kubelet is told so (its --fail-cgroupv1 flag, from 1.31)
+        kubelet.append("fail-cgroupv1=false")
+    if kubelet:
+        flags["kubelet-arg"] = kubelet
     labels = node_labels(target)
     if labels:
         flags["node-label"] = [f"{key}={value}" for key, value in labels.items()]

@@ -2,46 +2,71 @@
 
 Changing one means re-checking the tables cited here: Volcano's Kubernetes compatibility
 table, containerd's Kubernetes support table, and the device plugins' release pages.
+SUPPORT below keeps each pin's end of life (or, where upstream publishes none, the date by
+which the pin must be looked at again) with its source and when it was read;
+tests/bootstrap/test_versions_support.py fails once one has passed.
 Download URLs are built here, by the node's architecture (an arm64 GH200 gets arm64).
 """
 
 from __future__ import annotations
 
+import datetime
 import re
+from dataclasses import dataclass
 
 from core.errors import InvalidInput
 from core.nodes.blockers import RELEASE_ARCH
 
-# k3s (Kubernetes 1.31): https://github.com/k3s-io/k3s/releases/tag/v1.31.4%2Bk3s1
-K3S_VERSION = "v1.31.4+k3s1"
+# k3s (Kubernetes 1.35): the release-1.35 branch's "Update to v1.35.5-k3s1" (k3s-io/k3s#14050,
+# merged), tagged v1.35.5+k3s1. Kubernetes 1.35's kubelet refuses cgroup v1 hosts (KEP-5573,
+# kubernetes/kubernetes#134298: failCgroupV1 defaults to true): the preflight blocks them.
+# Kubernetes 1.31 (v1.31.4+k3s1 before) reached end of life on 2025-10-28.
+K3S_VERSION = "v1.35.5+k3s1"
 K3S_RELEASES = "https://github.com/k3s-io/k3s/releases/download"
 
-# Volcano: the README's "Kubernetes compatibility" table (volcano-sh/volcano README.md, and
-# its "Kubernetes Compatibility Archive" page) lists Kubernetes 1.31 from Volcano v1.11 on
-# (v1.10 stops at 1.30; v1.12 adds 1.32). Pair by Kubernetes minor.
-VOLCANO_FOR_K8S = {"1.30": "v1.10.0", "1.31": "v1.11.0", "1.32": "v1.12.0"}
+# Volcano: the README's "Kubernetes compatibility" table (volcano-sh/volcano README.md at
+# master, read 2026-11-28 from commit ed72c7c81 of 2026-08-20) ticks Kubernetes 1.31 from
+# v1.11, 1.32 from v1.12, 1.33 from v1.13, 1.34 from v1.14 and 1.35 from v1.15 (no release
+# ticks 1.36: only master). Pair by Kubernetes minor, each the newest patch of its line.
+VOLCANO_FOR_K8S = {"1.30": "v1.10.0", "1.31": "v1.11.0", "1.32": "v1.12.0", "1.33": "v1.13.3",
+                   "1.34": "v1.14.4", "1.35": "v1.15.1"}
 VOLCANO_SOURCE = "https://github.com/volcano-sh/volcano#kubernetes-compatibility"
 # sha256 of installer/volcano-development.yaml at each tag of github.com/volcano-sh/volcano
 # (read from the repository at the tag); the paired release for K3S_VERSION ships with
-# geotrain (core/bootstrap/volcano-v1.11.0.yaml), the others are downloaded and checked.
+# geotrain (core/bootstrap/volcano-v1.15.1.yaml, from tag v1.15.1 = commit 0a56ed331), and so
+# does v1.11.0 (clusters built before keep their k3s and its Volcano); others are downloaded
+# and checked.
 VOLCANO_MANIFEST_SHA256 = {
     "v1.10.0": "98fbe65dd8344308284e91ada82fb025b0514fe6b173ea02013398b236876b2c",
     "v1.11.0": "4610903de0d1a0e6c032604d5f909bbed51a63b6886ca488f8acdb8974edfef3",
     "v1.12.0": "09ec9fd4679806b89938f0c6fe068eaebf428f237ff1e1992b63a82a94efcee2",
+    "v1.13.3": "7159e2d75b81ad29f688a554b014c37ebe45bab8a72bdaec631b5b6f3b2d978b",
+    "v1.14.4": "fe5626e9a3f3f363e9426b9c3c340a630892b0fb29e303be463239fdd11c974b",
+    "v1.15.1": "b5fb45a57bcd1132be7055354999d244266873710609afd1f162005772d15c41",
 }
 
-# containerd: RELEASES.md, "Kubernetes Support" (containerd/containerd RELEASES.md):
+# containerd: RELEASES.md, "Kubernetes Support" (containerd/containerd RELEASES.md; 1.33-1.36
+# read 2026-11-28 at commit 301026e58 of 2026-08-22):
 #   1.30: 2.1.0+, 2.0.0+, 1.7.13+, 1.6.28+   1.31: 2.1.0+, 2.0.0+, 1.7.20+, 1.6.34+
-#   1.32: 2.1.0+, 2.0.1+, 1.7.24+, 1.6.36+
+#   1.32: 2.1.0+, 2.0.1+, 1.7.24+, 1.6.36+   1.33: 2.1.0+, 2.0.4+, 1.7.24+, 1.6.36+
+#   1.34: 2.1.3+, 2.0.6+, 1.7.28+, 1.6.39+   1.35: 2.2.0+, 2.1.5+, 1.7.28+
+#   1.36: 2.3.0+, 2.2.0+
 # Below 1.6 there is no CRI v1 (the deprecated table: v1.4 is CRI v1alpha2 only).
 CONTAINERD_FLOOR = {
     "1.30": {"1.6": (1, 6, 28), "1.7": (1, 7, 13), "2.0": (2, 0, 0), "2.1": (2, 1, 0)},
     "1.31": {"1.6": (1, 6, 34), "1.7": (1, 7, 20), "2.0": (2, 0, 0), "2.1": (2, 1, 0)},
     "1.32": {"1.6": (1, 6, 36), "1.7": (1, 7, 24), "2.0": (2, 0, 1), "2.1": (2, 1, 0)},
+    "1.33": {"1.6": (1, 6, 36), "1.7": (1, 7, 24), "2.0": (2, 0, 4), "2.1": (2, 1, 0)},
+    "1.34": {"1.6": (1, 6, 39), "1.7": (1, 7, 28), "2.0": (2, 0, 6), "2.1": (2, 1, 3)},
+    "1.35": {"1.7": (1, 7, 28), "2.1": (2, 1, 5), "2.2": (2, 2, 0)},
+    "1.36": {"2.2": (2, 2, 0), "2.3": (2, 3, 0)},
 }
 CONTAINERD_SOURCE = "https://github.com/containerd/containerd/blob/main/RELEASES.md#kubernetes-support"
-# 1.7.x keeps our `version = 2` config format; 1.7.24 is supported for 1.31 and 1.32.
-CONTAINERD_VERSION = "1.7.24"
+# 1.7.x keeps our `version = 2` config format; 1.7.34 is the newest 1.7 with public checksums
+# (kubespray, below) and meets 1.35's 1.7.28+. The 1.7 line's support ended in September 2026
+# (SUPPORT below): moving to 2.3 (LTS) needs the config rendered as version 3 (plugin
+# io.containerd.cri.v1.runtime and .images), which core/bootstrap/containerd.py does not yet.
+CONTAINERD_VERSION = "1.7.34"
 CONTAINERD_RELEASES = "https://github.com/containerd/containerd/releases/download"
 
 # The sha256 of each release file geotrain installs, by (release version, file name): a
@@ -50,23 +75,62 @@ CONTAINERD_RELEASES = "https://github.com/containerd/containerd/releases/downloa
 # exactly that version, cited beside it; a file without one needs the user's `--sha256
 # NAME=HEX` (or --insecure-skip-checksum). Never the checksum list served beside the file.
 RELEASE_SHA256 = {
-    # kubernetes-sigs/kubespray roles/kubespray-defaults/defaults/main/checksums.yml,
-    # containerd_archive_checksums (commit 54a01f277, "Containerd upgrade to 1.7.24")
-    ("1.7.24", "containerd-1.7.24-linux-amd64.tar.gz"):
-        "1a94f15139f37633f39e24f08a4071f4533b285df3cbee6478972d26147bcaef",
-    ("1.7.24", "containerd-1.7.24-linux-arm64.tar.gz"):
-        "420406d2b34ebb422ab3755fbeede59bf3bfcfccf5cfa584b558c93769d99064",
-    # k3s v1.31.4+k3s1 (k3s, k3s-arm64, k3s-airgap-images-<arch>.tar): no public source
+    # kubespray roles/kubespray_defaults/vars/main/checksums.yml, containerd_archive_checksums
+    # (commit 8d69fb8f9, "Patch versions updates (#13393)", 2026-07-24)
+    ("1.7.34", "containerd-1.7.34-linux-amd64.tar.gz"):
+        "640f989745020ea4897ad0a3d7d977863a7279d3f2e132792fc62c25a45bda50",
+    ("1.7.34", "containerd-1.7.34-linux-arm64.tar.gz"):
+        "824cbd16af3bdfc1b1836338350630ae1b6a58c7466636a4bed10549790090ab",
+    # k3s v1.35.5+k3s1 (k3s, k3s-arm64, k3s-airgap-images-<arch>.tar): no public source
     # besides the release's own sha256sum-<arch>.txt was found: not pinned.
 }
 
-# NVIDIA: https://github.com/NVIDIA/k8s-device-plugin/releases/tag/v0.17.0
-NVIDIA_PLUGIN_VERSION = "v0.17.0"
+# NVIDIA: the release-0.19 branch's "Bump k8s-device-plugin version to v0.19.2"
+# (NVIDIA/k8s-device-plugin#1814, merged 2026-05-26); v0.17.0 before. Its flags geotrain sets
+# (PASS_DEVICE_SPECS) are unchanged since.
+NVIDIA_PLUGIN_VERSION = "v0.19.2"
 NVIDIA_PLUGIN_IMAGE = f"nvcr.io/nvidia/k8s-device-plugin:{NVIDIA_PLUGIN_VERSION}"
 # AMD: the ROCm plugin's helm index (ROCm/k8s-device-plugin index.yaml) lists appVersion
 # 1.31.0.7 (2025-06); the image is tagged the same. Never the moving `master` manifest.
 AMD_PLUGIN_VERSION = "1.31.0.7"
 AMD_PLUGIN_IMAGE = f"docker.io/rocm/k8s-device-plugin:{AMD_PLUGIN_VERSION}"
+
+
+
+@dataclass(frozen=True)
+class Support:
+    """How long a pin is supported upstream: `until` is the published end of life, or, where
+    `published` is False, the date by which the pin must be looked at again (upstream gives none)."""
+
+    pin: str
+    until: datetime.date
+    published: bool
+    source: str  # where `until` comes from, and when it was read
+
+
+SUPPORT = {
+    "k3s": Support(K3S_VERSION, datetime.date(2027, 2, 28), True,
+                   "kubernetes.io/releases/1.35: End Of Life Date 2027-02-28 (read 2026-11-28); k3s "
+                   "follows the Kubernetes minor's support"),
+    "volcano": Support(VOLCANO_FOR_K8S["1.35"], datetime.date(2027, 2, 28), False,
+                       "Volcano publishes no end of life; the pin is kept while its paired Kubernetes "
+                       "minor (1.35) is supported (README compatibility table, read 2026-11-28)"),
+    "containerd": Support(CONTAINERD_VERSION, datetime.date(2026, 9, 30), True,
+                          "containerd RELEASES.md 'Current State of containerd Releases': 1.7 LTS, "
+                          "End of Life September 2026 (read 2026-11-28, commit 301026e58)"),
+    "nvidia-device-plugin": Support(NVIDIA_PLUGIN_VERSION, datetime.date(2027, 5, 26), False,
+                                    "NVIDIA publishes no end of life per release; look again a year "
+                                    "after v0.19.2 (2026-05-26)"),
+    "amd-device-plugin": Support(AMD_PLUGIN_VERSION, datetime.date(2026, 12, 31), False,
+                                 "ROCm publishes no end of life; helm index appVersion 1.31.0.7 of "
+                                 "2025-06 (read then): look again by the end of 2026"),
+}
+# Pins past their end of life that cannot move here, with what the move needs (the test
+# fails for any other pin past its date, and for an entry here that is no longer past it).
+PAST_END_OF_LIFE = {
+    "containerd": "2.3 (LTS to 2028-04-30) needs containerd's config version 3, which "
+                  "core/bootstrap/containerd.py does not render yet",
+}
 
 # `uname -m` -> the release asset suffix k3s and containerd use.
 ARCHES = RELEASE_ARCH  # one table: the node policy blocks what has no release

@@ -2,15 +2,16 @@
 
 Applied from the server node with k3s's kubectl, as cluster-admin, so only a manifest whose
 sha256 is known is applied: the release paired with K3S_VERSION ships with geotrain
-(volcano-v1.11.0.yaml: installer/volcano-development.yaml of github.com/volcano-sh/volcano at
-tag v1.11.0, byte for byte, Apache License 2.0, Copyright The Volcano Authors) and is
+(volcano-v1.15.1.yaml: installer/volcano-development.yaml of github.com/volcano-sh/volcano at
+tag v1.15.1, byte for byte, Apache License 2.0, Copyright The Volcano Authors; and
+volcano-v1.11.0.yaml, the same at v1.11.0, for clusters built before on k3s 1.31) and is
 uploaded; another paired release is downloaded on the server and checked against
 versions.VOLCANO_MANIFEST_SHA256 before it is applied; a local copy the user passes
 (--volcano-manifest, e.g. with mirrored images) is theirs and applied as given. Each part
 is applied only when missing or at another version, and waits for the scheduler are bounded.
 
 The release's manifest sets `imagePullPolicy: Always` on its controllers (installer/
-volcano-development.yaml at v1.11.0: vc-webhook-manager, vc-controller-manager, vc-scheduler),
+volcano-development.yaml at v1.11.0 and at v1.15.1: vc-webhook-manager, vc-controller-manager, vc-scheduler),
 so the kubelet asks the registry at every start even for an image `ctr images import` put on
 the node (kubernetes.io/docs/concepts/containers/images/#image-pull-policy): geotrain applies it
 with IfNotPresent (pull_if_not_present), after its sha256 is checked.

@@ -1,9 +1,10 @@
 """The checks Volcano's admission webhook makes that its CRD schema cannot express.
 
 Run on every rendered job before it is submitted, so a job the webhook would refuse
-is caught here with a clear message (and tested without a cluster). The lists follow the
-Volcano release the wizard installs (core/bootstrap/versions.py), not Volcano's main branch:
-newer actions (RestartPartition) and plugins (ray) are refused by it.
+is caught here with a clear message (and tested without a cluster). The lists are what every
+Volcano release the wizard has installed accepts (core/bootstrap/versions.py: v1.15.1 now,
+v1.11.0 on clusters built before), not Volcano's main branch: v1.15.1 adds the action
+RestartPartition and the plugins hcclrank and ray (read at the tag), which v1.11.0 refuses.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from core.bootstrap import versions
 from core.bootstrap.deploy import build_plan, deploy, token_ref
 from core.bootstrap.kubeconfig import cluster_kubeconfig_path
 from core.state.cluster_records import get_cluster
@@ -64,7 +65,8 @@ def test_k3s_config_for_three_nodes(geotrain_home):
     assert gpu2["node-external-ip"] == "192.0.2.50"
     assert "MTU 1330" in _puts(result, "gpu1")["/etc/rancher/k3s/config.yaml"].content
     changes = [r.command for r in result.command_log.changes("gpu0")]
-    assert any("releases/download/v1.31.4%2Bk3s1/k3s" in c and "sha256sum -c" in c for c in changes)
+    release = versions.K3S_VERSION.replace("+", "%2B")
+    assert any(f"releases/download/{release}/k3s" in c and "sha256sum -c" in c for c in changes)
     assert "systemctl enable k3s" in changes and "systemctl restart k3s" in changes
 
 
@@ -89,9 +91,9 @@ def test_join_token_is_absent_from_every_command_and_event(geotrain_home):
 def test_volcano_queue_and_device_plugins(geotrain_home):
     result, _ = _dry_run(geotrain_home, ["volcano"])
     changes = [r.command for r in result.command_log.changes("gpu0")]
-    # the v1.11.0 release manifest geotrain ships, uploaded and applied: no URL for kubectl
+    # the paired release manifest geotrain ships (v1.15.1), uploaded and applied: no URL for kubectl
     assert any("kubectl" in c and "apply --server-side --force-conflicts -f /var/lib/rancher/k3s/"
-               "server/manifests-geotrain/volcano-v1.11.0.yaml" in c for c in changes)
+               "server/manifests-geotrain/volcano-v1.15.1.yaml" in c for c in changes)
     assert not any("https://" in c for c in changes)
     plugin = yaml.safe_load(_puts(result, "gpu0")[
         "/var/lib/rancher/k3s/server/manifests-geotrain/nvidia-device-plugin-daemonset.yaml"].content)
@@ -119,7 +121,7 @@ def test_no_vpn_uses_host_addresses(geotrain_home):
 STAND_IN = """#!/bin/sh
 # A stand-in for a k3s whose API server never comes up (k3s itself cannot be downloaded here).
 case "$1" in
-  --version) echo "k3s version v1.31.4+k3s1 (stand-in)";;
+  --version) echo "k3s version v1.35.5+k3s1 (stand-in)";;
   server|agent) exec sleep 3600;;
   *) exit 1;;
 esac
@@ -191,7 +193,7 @@ def test_mesh_comes_back_at_boot_where_systemd_runs(geotrain_home):
 READY_STAND_IN = """#!/bin/sh
 # A stand-in for k3s whose API answers and lists one node, Ready once {flag} exists.
 case "$1" in
-  --version) echo "k3s version v1.31.4+k3s1 (stand-in)";;
+  --version) echo "k3s version v1.35.5+k3s1 (stand-in)";;
   server|agent) exec sleep 3600;;
   kubectl) case "$*" in
       *readyz*) exit 0;;

@@ -24,7 +24,7 @@ from tests.bootstrap.cluster_hosts import MESH_SUBNET, PREFIX, SUBNET, ShellFact
 from tests.bootstrap.local_shell import LocalShell
 
 REPO = Path(__file__).resolve().parents[2]
-FACTS = {"system": {"arch": "x86_64"}, "containerd": {"installed": True, "version": "1.7.24"}}
+FACTS = {"system": {"arch": "x86_64"}, "containerd": {"installed": True, "version": versions.CONTAINERD_VERSION}}
 
 
 def _sha(data: bytes) -> str:
@@ -36,7 +36,7 @@ def test_only_public_sources_are_pinned_and_every_paired_volcano_has_a_hash():
     for (release, name), digest in versions.RELEASE_SHA256.items():
         assert known[name] == release and checksums.HEX_RE.fullmatch(digest)
     assert set(versions.VOLCANO_FOR_K8S.values()) == set(versions.VOLCANO_MANIFEST_SHA256)
-    # nothing pinned for k3s v1.31.4+k3s1 (no public source found): a download needs --sha256
+    # nothing pinned for k3s v1.35.5+k3s1 (no public source found): a download needs --sha256
     assert checksums.expected(ClusterPlan("c", []).k3s, "k3s") is None
 
 
@@ -64,7 +64,7 @@ def test_a_tampered_bundle_file_is_a_one_line_blocker(tmp_path):
     old = {**FACTS, "containerd": {"installed": True, "version": "1.6.20"}}
     [blocker] = preflight.checksum_blockers(plan, old, ["containerd", "k3s"])
     assert blocker == (f"air-gap bundle file {tmp_path / tarball} has sha256 {_sha(b'not containerd')}, "
-                       f"not the {versions.RELEASE_SHA256[('1.7.24', tarball)]} known for {tarball}: "
+                       f"not the {versions.RELEASE_SHA256[(versions.CONTAINERD_VERSION, tarball)]} known for {tarball}: "
                        f"it is not the release's file; replace it with the release's own {tarball}")
     (tmp_path / "k3s").write_bytes(b"a replaced k3s")
     assert len(preflight.checksum_blockers(plan, old, ["containerd", "k3s"])) == 2

@@ -182,10 +182,10 @@ def test_preflight_refuses_an_old_containerd_unless_this_run_upgrades_it():
     plan = ClusterPlan("up", [NodeSpec("gpu0", "198.51.100.10", "server")])
     facts = {"containerd": {"installed": True, "version": "1.4.13~ds1"}, "system": {"arch": "x86_64"}}
     [blocker] = preflight.containerd_blockers(plan, facts, ["preflight", "k3s"])
-    assert blocker.startswith("containerd 1.4.13~ds1 is not one Kubernetes 1.31 supports")
+    assert blocker.startswith("containerd 1.4.13~ds1 is not one Kubernetes 1.35 supports")
     assert "include the containerd step" in blocker and "\n" not in blocker
     assert preflight.containerd_blockers(plan, facts, ["preflight", "containerd", "k3s"]) == []
-    assert preflight.containerd_blockers(plan, {**facts, "containerd": {"installed": True, "version": "1.7.24"}},
+    assert preflight.containerd_blockers(plan, {**facts, "containerd": {"installed": True, "version": "1.7.28"}},
                                          ["preflight", "k3s"]) == []
 
 
@@ -222,11 +222,13 @@ def test_an_unknown_architecture_is_a_blocker():
         versions.release_arch("riscv64")
 
 
-# Volcano v1.11 (the release paired with Kubernetes 1.31 by the README's compatibility
-# table): pkg/webhooks/admission/jobs/validate/util.go policyActionMap allows AbortJob,
+# Volcano v1.11 (paired with Kubernetes 1.31, what clusters built before run):
+# pkg/webhooks/admission/jobs/validate/util.go policyActionMap allows AbortJob,
 # RestartJob, RestartTask, RestartPod (new in v1.11.0; read at the tag), TerminateJob,
 # CompleteJob, ResumeJob; RestartPartition came later. pkg/controllers/job/plugins/factory.go registers ssh, env, svc, tensorflow,
-# mpi, pytorch; the ray job plugin came later.
+# mpi, pytorch; the ray job plugin came later. v1.15.1 (paired with 1.35, pinned now; read at the
+# tag) allows these and RestartPartition, and registers these and hcclrank and ray: geotrain's
+# admission keeps to what both accept, so a job renders for either cluster.
 V1_11_ACTIONS = ("AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob", "CompleteJob",
                  "ResumeJob")
 V1_11_PLUGINS = ("env", "svc", "ssh", "pytorch", "mpi", "tensorflow")
@@ -240,7 +242,7 @@ def _job(action="RestartJob", plugins=("svc",)):
 
 
 def test_volcano_admission_follows_the_pinned_release():
-    assert versions.volcano_for(versions.K3S_VERSION) == "v1.11.0"
+    assert versions.volcano_for(versions.K3S_VERSION) == "v1.15.1"
     assert versions.volcano_for("v1.30.8+k3s1") == "v1.10.0"
     for action in V1_11_ACTIONS:
         assert admission_errors(_job(action=action)) == []
@@ -258,7 +260,7 @@ def test_device_plugins_are_pinned_and_run_only_on_their_vendor(geotrain_home):
     assert _config(result, "gpu2")["node-label"] == ["geotrain.io/gpu-vendor=amd"]
     puts = _puts(result, "gpu0")
     for name, vendor, image in (
-            ("nvidia-device-plugin-daemonset", "nvidia", "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"),
+            ("nvidia-device-plugin-daemonset", "nvidia", "nvcr.io/nvidia/k8s-device-plugin:v0.19.2"),
             ("amdgpu-device-plugin-daemonset", "amd", "docker.io/rocm/k8s-device-plugin:1.31.0.7")):
         manifest = yaml.safe_load(puts[f"{volcano.REMOTE_DIR}/{name}.yaml"])
         spec = manifest["spec"]["template"]["spec"]
@@ -296,14 +298,14 @@ def test_k3s_config_values_never_reach_a_shell_unquoted(tmp_path):
             "'/opt/geo bin/$(touch canary)/k3s.download'") == uses
     assert containerd.release_command("arm64", None).startswith(
         "mkdir -p -m 700 /var/lib/geotrain/downloads && curl -sfL --retry 3 -o "
-        "/var/lib/geotrain/downloads/containerd-1.7.24-linux-arm64.tar.gz ")
+        "/var/lib/geotrain/downloads/containerd-1.7.34-linux-arm64.tar.gz ")
     assert "/tmp" not in containerd.release_command("amd64", "bundle")
     assert Path(k3s.IMAGES_DIR).is_absolute()
 
 
 def test_preflight_on_a_real_host_refuses_its_debian_containerd_for_k3s(make_test_hosts,
                                                                         geotrain_home):
-    """The test hosts run Debian 12's containerd 1.6.20: below Kubernetes 1.31's 1.6.34."""
+    """The test hosts run Debian 12's containerd 1.6.20: Kubernetes 1.35 wants 1.7.28+ (no 1.6 line)."""
     from tests.bootstrap.cluster_hosts import PREFIX, SUBNET, ShellFactory, add_host_nodes
 
     hosts = make_test_hosts(1, prefix=PREFIX, subnet=SUBNET)
@@ -314,9 +316,9 @@ def test_preflight_on_a_real_host_refuses_its_debian_containerd_for_k3s(make_tes
                     store=store)
     [failure] = result.summary.failures
     assert result.summary.blocked and failure.step == "preflight"
-    assert re.fullmatch(r"containerd 1\.6\.20\S* is not one Kubernetes 1\.31 supports \(1\.6\.34\+, "
-                        r"1\.7\.20\+, 2\.0\.0\+, 2\.1\.0\+\): include the containerd step so "
-                        r"geotrain installs 1\.7\.24, or upgrade it yourself", failure.message)
+    assert re.fullmatch(r"containerd 1\.6\.20\S* is not one Kubernetes 1\.35 supports \(1\.7\.28\+, "
+                        r"2\.1\.5\+, 2\.2\.0\+\): include the containerd step so "
+                        r"geotrain installs 1\.7\.34, or upgrade it yourself", failure.message)
     assert result.command_log.changes() == []  # a gate: nothing was touched
 
 
@@ -325,7 +327,7 @@ def test_delete_removes_the_containerd_release_it_installed_unless_packages_are_
 
     session = NodeSession("n", None, None, CommandLog(), [], dry_run=True)
     target = NodeTarget(NodeSpec("n", "198.51.100.10", "server"), session,
-                        facts={"init": {"systemd": True}}, state={"containerd_release": "1.7.24"})
+                        facts={"init": {"systemd": True}}, state={"containerd_release": "1.7.34"})
     plan = ClusterPlan("up", [target.spec])
     whats = [what for _, what in undo_commands(plan, target, keep_packages=False)]
     removal = whats.index("removing the containerd release geotrain put in")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.bootstrap import containerd, k3s, volcano
+from core.bootstrap import containerd, k3s, versions, volcano
 from core.bootstrap.plan import ClusterPlan, DeployContext, NodeSpec, NodeTarget
 from core.bootstrap.runner import run_steps
 from core.bootstrap.session import CommandLog, NodeSession
@@ -27,7 +27,7 @@ QUEUE = f"q`touch {CANARY}`"
 def _deploy(tmp_path: Path, systemd: bool):
     bundle = tmp_path / f"bundle $(touch {CANARY}); x"
     bundle.mkdir()
-    for name in ("k3s", "k3s-airgap-images-amd64.tar", "containerd-1.7.24-linux-amd64.tar.gz"):
+    for name in ("k3s", "k3s-airgap-images-amd64.tar", versions.containerd_tarball("amd64")):
         (bundle / name).write_bytes(b"x")
     specs = [NodeSpec(name, f"198.51.100.{10 + i}", "server" if i == 0 else "agent",
                       mesh_ip=f"10.77.0.{i + 1}") for i, name in enumerate(NAMES)]

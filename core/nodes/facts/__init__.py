@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from core.nodes.facts import (addresses, containerd, cpu, device_groups, disk, docker, gpus, init,
-                              k3s, listening, memory, public_ip, sudo, system, wireguard)
+from core.nodes.facts import (addresses, cgroup, containerd, cpu, device_groups, disk, docker, gpus,
+                              init, k3s, listening, memory, public_ip, sudo, system, wireguard)
 
 MARKER = "@@geotrain-fact:"
 
@@ -21,6 +21,7 @@ MARKER = "@@geotrain-fact:"
 FAMILIES: dict[str, tuple[str, Callable[[str], object]]] = {
     "system": (system.COMMAND, system.parse),
     "init": (init.COMMAND, init.parse),
+    "cgroup": (cgroup.COMMAND, cgroup.parse),
     "cpu": (cpu.COMMAND, cpu.parse),
     "memory": (memory.COMMAND, memory.parse),
     "disk": (disk.COMMAND, disk.parse),
