@@ -8,6 +8,7 @@ for DNS and the pod IP) on the README's own example: geotrain_loop under torchru
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -20,7 +21,8 @@ from core.kubernetes.recipes_delivery import recipes_files
 from core.kubernetes.manifests import manifests_yaml, render_manifests, render_volcano_job
 from core.kubernetes.node_groups import NodeGroup
 from core.kubernetes.pod_security import pod_specs, violations
-from tests.kubernetes.conftest import HETEROGENEOUS, REPO
+from tests.kubernetes.conftest import HETEROGENEOUS, REPO, run
+from tests.kubernetes.test_workspaces_on_kubernetes import registered  # noqa: F401  (the fixture)
 from tests.kubernetes.test_mixed_cluster import _valid
 from tests.kubernetes.test_pod_command import _free_port, _pod_process
 from tests.test_readme_loop import snippet
@@ -139,3 +141,20 @@ def test_the_loops_progress_lines_are_what_the_backend_reads_curves_from(capsys,
         loop.step(loss)
     rows = [row for line in capsys.readouterr().out.splitlines() if (row := progress_row(line))]
     assert [(r["step"], r["lr"], r["outer_step"]) for r in rows] == [(10, 0.001, 1), (20, 0.001, 2)]
+
+
+def test_cli_deploys_and_deletes_a_custom_workspace_on_the_stand_in_cluster(registered, capsys):
+    """Through the CLI, the service and the real `kubernetes` client to FakeKubeAPI (the stand-in API
+    server): the Job runs the command, the workdir's ConfigMaps are created with it and go with delete."""
+    fake = registered
+    code, out, err = run(capsys, "workspaces", "deploy", "custom-training", "--cluster", "mycluster", "--workers", "2",
+                         "--workdir", str(EXAMPLES), "--command", "python train_hf.py --preset medium", "--json",
+                         "--yes")
+    assert code == 0, err
+    workspace_id = json.loads(out)["id"]
+    (job,) = fake.jobs()
+    assert _trainer(job)["command"][2].rstrip().endswith('--no-python "$py" train_hf.py --preset medium')
+    maps = [name for (kind, _, name) in fake.objects if kind == "configmaps"]
+    assert any("-workdir-" in name for name in maps) and any("-recipes-" in name for name in maps)
+    code, out, _ = run(capsys, "workspaces", "delete", workspace_id, "--yes")
+    assert code == 0 and not [k for k in fake.objects if k[0] in ("jobs", "secrets", "configmaps")]
