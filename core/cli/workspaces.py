@@ -238,7 +238,9 @@ def cmd_show(args) -> int:
     for worker in state.workers:
         print(printable(f"  {worker.name}: {worker.status} {worker.detail}").rstrip())
     if data["watcher"]:
-        print(printable(describe_watcher(data["watcher"], time.time())))
+        from core.kubernetes import watcher_history
+
+        print(printable("  " + watcher_history.describe(data["watcher"], time.time())))
     if data["utilization"]:
         utilization_table(data["utilization"])
     for event in data["history"]:
@@ -246,14 +248,6 @@ def cmd_show(args) -> int:
         print(printable(f"  {when} {event['kind']}{describe_record(event)}"))
     print(ws.spec.to_yaml().rstrip())
     return 0
-
-
-def describe_watcher(state: dict, now: float) -> str:
-    """The watcher's line: when it last wrote, the recovery budget used, the pods it saw running."""
-    ago = max(0.0, now - state["updated_at"])
-    used = f", {state['used']} of {state['budget']} recoveries used" if "used" in state and "budget" in state else ""
-    pods = f", {state['running']} of {state['pods']} pods running" if "running" in state and "pods" in state else ""
-    return f"  watcher (in the cluster): last seen {ago:.0f}s ago{used}{pods}"
 
 
 def utilization_table(figures: dict[str, dict]) -> None:

@@ -86,3 +86,11 @@ def read_state(config_map: dict | None) -> dict | None:
         except ValueError:
             continue
     return out if "updated_at" in out else None
+
+
+def describe(state: dict, now: float) -> str:
+    """The watcher's line for the CLI and the app: when it last wrote, the budget used, the pods running."""
+    ago = max(0.0, now - state["updated_at"])
+    used = f", {state['used']} of {state['budget']} recoveries used" if "used" in state and "budget" in state else ""
+    pods = f", {state['running']} of {state['pods']} pods running" if "running" in state and "pods" in state else ""
+    return f"watcher (in the cluster): last seen {ago:.0f}s ago{used}{pods}"

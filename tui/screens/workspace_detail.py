@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,7 +24,7 @@ from tui.widgets.loss_chart import LossChart, human_bytes
 from tui.widgets.worker_utilization import WorkerUtilization
 
 
-def status_text(ws, state, wandb_line: str = "") -> Text:
+def status_text(ws, state, wandb_line: str = "", watcher_line: str = "") -> Text:
     """The status block; every value in it (reasons, worker details: from logs) is literal."""
     text = Text.assemble((ws.id, "bold"), "  on ", (ws.cluster, "bold"), "\n",
                          f"{ws.spec.model} {ws.spec.size} · preset {ws.spec.preset} · "
@@ -32,6 +34,8 @@ def status_text(ws, state, wandb_line: str = "") -> Text:
         text.append(f"  ({printable(state.reason)})")
     if wandb_line:
         text.append(f"\n{printable(wandb_line)}")
+    if watcher_line:  # a Kubernetes workspace's watcher (core.kubernetes.watcher_history)
+        text.append(f"\n{printable(watcher_line)}")
     for w in state.workers:
         text.append(f"\n  {printable(w.name):<12} ").append_text(formatting.status(w.status)).append(
             f" {printable(w.detail)}")
@@ -58,6 +62,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         self.sub_title = workspace_id
         self.input_mode = "filter"
         self.wandb_line = ""
+        self.watcher_line = ""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -87,13 +92,18 @@ class WorkspaceDetailScreen(GeotrainScreen):
         state = service.refresh(workspace)
         self.wandb_line = wandb_runs.summary(service.wandb_run(self.workspace_id), self.workspace_id,
                                              short=True)
+        watcher = service.watcher(self.workspace_id)
+        if watcher:
+            from core.kubernetes import watcher_history
+
+            self.watcher_line = watcher_history.describe(watcher, time.time())
         self.post_message(WorkspaceStatus(workspace, state, service.metrics(self.workspace_id),
                                           service.utilization_history(self.workspace_id)))
 
     @on(WorkspaceStatus)
     def _show_status(self, message: WorkspaceStatus) -> None:
         ws, state = message.workspace, message.state
-        self.query_one("#status", Static).update(status_text(ws, state, self.wandb_line))
+        self.query_one("#status", Static).update(status_text(ws, state, self.wandb_line, self.watcher_line))
         rows = message.metrics
         self.query_one("#loss", LossChart).set_points(
             [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r])
