@@ -44,6 +44,7 @@ export {rank}=$(({offset} + VC_TASK_INDEX * {slots}))
 
 
 TRAIN_MODULE = "-m recipes.train"  # where torchrun's command names the training script
+CUSTOM_PROGRAM = " --no-python "  # or where it names a custom-training command (core.kubernetes.custom_command)
 # torchrun --no-python runs `/bin/sh -c SCRIPT PYTHON -m recipes.train ...`: SCRIPT adds
 # the process's LOCAL_RANK to the pod's first rank, then becomes python (the pod's shell
 # found it as $py before the rendezvous wait).
@@ -52,6 +53,8 @@ PER_PROCESS_RANK = ("--no-python /bin/sh -c "
 
 
 def _rank_per_process(script: str) -> str:
+    if CUSTOM_PROGRAM in script:  # a custom-training command: the same shell, then the user's program
+        return script.replace(CUSTOM_PROGRAM, " " + PER_PROCESS_RANK.split('"${py')[0], 1)
     if script.count(TRAIN_MODULE) != 1:
         raise AssertionError(f"the pod command has no single {TRAIN_MODULE!r} to add ranks at")
     return script.replace(TRAIN_MODULE, PER_PROCESS_RANK + TRAIN_MODULE)

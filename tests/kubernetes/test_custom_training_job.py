@@ -158,3 +158,16 @@ def test_cli_deploys_and_deletes_a_custom_workspace_on_the_stand_in_cluster(regi
     assert any("-workdir-" in name for name in maps) and any("-recipes-" in name for name in maps)
     code, out, _ = run(capsys, "workspaces", "delete", workspace_id, "--yes")
     assert code == 0 and not [k for k in fake.objects if k[0] in ("jobs", "secrets", "configmaps")]
+
+
+def test_datacenters_of_multi_gpu_pods_give_each_process_its_rank_before_the_command(job_validator):
+    """Hierarchical layout on Kubernetes (core.kubernetes.datacenter_tasks): a pod of several GPUs starts each
+    process through a shell that adds its LOCAL_RANK to GEOTRAIN_DC_RANK, then execs the user's command."""
+    groups = [NodeGroup("nvidia", 4, ("fra-a", "fra-b"), "fra"), NodeGroup("nvidia", 4, ("lon-a", "lon-b"), "lon")]
+    spec = custom_spec(workers=4, config={"datacenters": 2}, command=["python", "train.py", "--x", "1"])
+    job = render_volcano_job("custom-dc", spec, Cluster("dc", "geotrain"), groups)
+    assert not list(job_validator.iter_errors(job)) and admission_errors(job) == []
+    for task in job["spec"]["tasks"]:
+        script = task["template"]["spec"]["containers"][0]["command"][2]
+        assert script.rstrip().endswith("--monitor-interval=1 --no-python /bin/sh -c 'GEOTRAIN_DC_RANK=$(("
+                                        "GEOTRAIN_DC_RANK + LOCAL_RANK)) exec \"$0\" \"$@\"' \"$py\" train.py --x 1")
