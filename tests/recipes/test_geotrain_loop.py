@@ -164,3 +164,15 @@ def test_hierarchical_datacenters_through_the_api(tmp_path):
     ranks = results(done.stdout)
     assert len(ranks) == 4 and len({round(r["weights"], 6) for r in ranks}) == 1
     assert all(0 < r["wan"] < r["lan"] / 100 for r in ranks)
+
+
+@pytest.mark.slow
+def test_an_accelerate_loop_as_the_readme_says(tmp_path):
+    """tests/examples/train_accelerate.py on 2 workers: accelerate uses the group geotrain_loop joined (2
+    processes, its data sharded: 32 steps each of 64 batches), the medium sync is the only traffic, ranks end equal."""
+    done = run_ranks([], 2, {**os.environ, "OMP_NUM_THREADS": "1"}, tmp_path, timeout=600,
+                     command=[sys.executable, str(REPO / "tests" / "examples" / "train_accelerate.py")])
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("result ranks")]
+    assert [(w[2], w[4]) for w in lines] == [("2", "32"), ("2", "32")]
+    assert lines[0][8] == lines[1][8] != "0" and lines[0][10] == lines[1][10]  # bytes sent, final weights
