@@ -62,7 +62,6 @@ OOMScoreAdjust=-999
 WantedBy=multi-user.target
 """
 ANSWERS = f"test -S {SOCKET} && ctr --address {SOCKET} --timeout 2s version >/dev/null 2>&1"
-RUNTIMES = 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
 # A device a plugin hands a pod (AMD's /dev/kfd, /dev/dri/renderD*) keeps the host's owner and
 # group unless this is set; then it is owned by the container's runAsUser/runAsGroup, which the
 # non-root trainer can open whatever gid the host's render group has. Upstream: containerd
@@ -72,36 +71,54 @@ DEVICE_OWNERSHIP = ("  # devices owned by the pod's runAsUser/runAsGroup (non-ro
                     "  device_ownership_from_security_context = true")
 
 
-def render_config(systemd_cgroup: bool, nvidia: bool) -> str:
+# The CRI plugin's tables by config version: version 2 (containerd 1.x, still read by 2.x) has
+# one plugin "io.containerd.grpc.v1.cri"; version 3 (containerd 2.x) splits it into
+# "io.containerd.cri.v1.images" (pinned sandbox image, registry) and "io.containerd.cri.v1.runtime"
+# (runtimes, devices, CNI, whose bin_dir became the list bin_dirs in 2.1). containerd
+# docs/cri/config.md (read at commit 301026e58, 2026-08-22) for both layouts.
+CRI_TABLES = {2: ('plugins."io.containerd.grpc.v1.cri"', 'plugins."io.containerd.grpc.v1.cri"'),
+              3: ('plugins."io.containerd.cri.v1.images"', 'plugins."io.containerd.cri.v1.runtime"')}
+SANDBOX_IMAGE = "rancher/mirrored-pause:3.6"
+
+
+def config_version(containerd_version: str | None) -> int:
+    """The config format the containerd that will run reads best: 3 from 2.0 on, else 2."""
+    have = versions.parse_version(containerd_version or versions.CONTAINERD_VERSION)
+    return 3 if have and have[0] >= 2 else 2
+
+
+def render_config(systemd_cgroup: bool, nvidia: bool, version: int | None = None) -> str:
+    """The containerd config geotrain writes, in the format of `version` (default: the pinned
+    release's)."""
+    version = version or config_version(None)
+    images, cri = CRI_TABLES[version]
+    runtimes = f"{cri}.containerd.runtimes"
     cgroup = "true" if systemd_cgroup else "false"
-    lines = [
-        "# Written by geotrain: containerd for k3s (--container-runtime-endpoint).",
-        "version = 2",
-        "",
-        '[plugins."io.containerd.grpc.v1.cri"]',
-        '  sandbox_image = "rancher/mirrored-pause:3.6"',
-        *DEVICE_OWNERSHIP,
-        '[plugins."io.containerd.grpc.v1.cri".containerd]',
+    lines = ["# Written by geotrain: containerd for k3s (--container-runtime-endpoint).",
+             f"version = {version}", ""]
+    if version == 2:
+        lines += [f"[{cri}]", f'  sandbox_image = "{SANDBOX_IMAGE}"', *DEVICE_OWNERSHIP]
+    else:
+        lines += [f"[{images}.pinned_images]", f'  sandbox = "{SANDBOX_IMAGE}"', f"[{cri}]", *DEVICE_OWNERSHIP]
+    lines += [
+        f"[{cri}.containerd]",
         f'  default_runtime_name = "{"nvidia" if nvidia else "runc"}"',
-        f"[{RUNTIMES}.runc]",
+        f"[{runtimes}.runc]",
         '  runtime_type = "io.containerd.runc.v2"',
-        f"[{RUNTIMES}.runc.options]",
+        f"[{runtimes}.runc.options]",
         f"  SystemdCgroup = {cgroup}",
     ]
     if nvidia:
         lines += [
-            f"[{RUNTIMES}.nvidia]",
+            f"[{runtimes}.nvidia]",
             '  runtime_type = "io.containerd.runc.v2"',
-            f"[{RUNTIMES}.nvidia.options]",
+            f"[{runtimes}.nvidia.options]",
             f'  BinaryName = "{NVIDIA_RUNTIME}"',
             f"  SystemdCgroup = {cgroup}",
         ]
-    lines += [
-        '[plugins."io.containerd.grpc.v1.cri".cni]',
-        f'  bin_dir = "{K3S_CNI_BIN}"',
-        f'  conf_dir = "{K3S_CNI_CONF}"',
-        "",
-    ]
+    lines += [f"[{cri}.cni]",
+              f'  bin_dir = "{K3S_CNI_BIN}"' if version == 2 else f'  bin_dirs = ["{K3S_CNI_BIN}"]',
+              f'  conf_dir = "{K3S_CNI_CONF}"', ""]
     return "\n".join(lines)
 
 
@@ -196,7 +213,8 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
 
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
     facts = target.gather_facts()
-    text = render_config(facts["init"]["systemd"], "nvidia" in gpus.vendors(facts))
+    running = target.state.get("containerd_release") or installed_version(facts)  # what will read it
+    text = render_config(facts["init"]["systemd"], "nvidia" in gpus.vendors(facts), config_version(running))
     current = target.fact(f"file:{CONFIG_PATH}", file_state(CONFIG_PATH))
     have = current.stdout.split()[:1]
     want = hashlib.sha256(text.encode()).hexdigest()

@@ -62,11 +62,13 @@ CONTAINERD_FLOOR = {
     "1.36": {"2.2": (2, 2, 0), "2.3": (2, 3, 0)},
 }
 CONTAINERD_SOURCE = "https://github.com/containerd/containerd/blob/main/RELEASES.md#kubernetes-support"
-# 1.7.x keeps our `version = 2` config format; 1.7.34 is the newest 1.7 with public checksums
-# (kubespray, below) and meets 1.35's 1.7.28+. The 1.7 line's support ended in September 2026
-# (SUPPORT below): moving to 2.3 (LTS) needs the config rendered as version 3 (plugin
-# io.containerd.cri.v1.runtime and .images), which core/bootstrap/containerd.py does not yet.
-CONTAINERD_VERSION = "1.7.34"
+# 2.3 is containerd's LTS line (to 2028-04-30; the 1.7 line, 1.7.34 here before, ended in
+# September 2026), the newest patch with public checksums (kubespray, below; tag v2.3.4 of
+# 2026-08-12). 1.35's row lists 2.2.0+, 2.1.5+ and 1.7.28+, all past their end of life now; a
+# newer line than a row names is accepted (containerd_supported), and 2.3.0+ is 1.36's row.
+# containerd 2.x reads config version 3, which core/bootstrap/containerd.py renders for it
+# (version 2 for a 1.x the node keeps).
+CONTAINERD_VERSION = "2.3.4"
 CONTAINERD_RELEASES = "https://github.com/containerd/containerd/releases/download"
 
 # The sha256 of each release file geotrain installs, by (release version, file name): a
@@ -76,11 +78,11 @@ CONTAINERD_RELEASES = "https://github.com/containerd/containerd/releases/downloa
 # NAME=HEX` (or --insecure-skip-checksum). Never the checksum list served beside the file.
 RELEASE_SHA256 = {
     # kubespray roles/kubespray_defaults/vars/main/checksums.yml, containerd_archive_checksums
-    # (commit 8d69fb8f9, "Patch versions updates (#13393)", 2026-07-24)
-    ("1.7.34", "containerd-1.7.34-linux-amd64.tar.gz"):
-        "640f989745020ea4897ad0a3d7d977863a7279d3f2e132792fc62c25a45bda50",
-    ("1.7.34", "containerd-1.7.34-linux-arm64.tar.gz"):
-        "824cbd16af3bdfc1b1836338350630ae1b6a58c7466636a4bed10549790090ab",
+    # (commit 46dbdd399, "Patch versions updates (#13423)", 2026-08-21)
+    ("2.3.4", "containerd-2.3.4-linux-amd64.tar.gz"):
+        "9d68969855fbf676cdb8ed758e420fb048d61f984f61de3e53eddfebe484d168",
+    ("2.3.4", "containerd-2.3.4-linux-arm64.tar.gz"):
+        "a985fbb7e18fc0362d31a055338f5d7b0e087a3e27f14c70d1c5965399a29f95",
     # k3s v1.35.5+k3s1 (k3s, k3s-arm64, k3s-airgap-images-<arch>.tar): no public source
     # besides the release's own sha256sum-<arch>.txt was found: not pinned.
 }
@@ -115,9 +117,9 @@ SUPPORT = {
     "volcano": Support(VOLCANO_FOR_K8S["1.35"], datetime.date(2027, 2, 28), False,
                        "Volcano publishes no end of life; the pin is kept while its paired Kubernetes "
                        "minor (1.35) is supported (README compatibility table, read 2026-11-28)"),
-    "containerd": Support(CONTAINERD_VERSION, datetime.date(2026, 9, 30), True,
-                          "containerd RELEASES.md 'Current State of containerd Releases': 1.7 LTS, "
-                          "End of Life September 2026 (read 2026-11-28, commit 301026e58)"),
+    "containerd": Support(CONTAINERD_VERSION, datetime.date(2028, 4, 30), True,
+                          "containerd RELEASES.md 'Current State of containerd Releases': 2.3 LTS, "
+                          "End of Life April 30, 2028 (read 2026-11-28, commit 301026e58)"),
     "nvidia-device-plugin": Support(NVIDIA_PLUGIN_VERSION, datetime.date(2027, 5, 26), False,
                                     "NVIDIA publishes no end of life per release; look again a year "
                                     "after v0.19.2 (2026-05-26)"),
@@ -127,10 +129,7 @@ SUPPORT = {
 }
 # Pins past their end of life that cannot move here, with what the move needs (the test
 # fails for any other pin past its date, and for an entry here that is no longer past it).
-PAST_END_OF_LIFE = {
-    "containerd": "2.3 (LTS to 2028-04-30) needs containerd's config version 3, which "
-                  "core/bootstrap/containerd.py does not render yet",
-}
+PAST_END_OF_LIFE: dict[str, str] = {}
 
 # `uname -m` -> the release asset suffix k3s and containerd use.
 ARCHES = RELEASE_ARCH  # one table: the node policy blocks what has no release

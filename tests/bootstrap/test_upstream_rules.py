@@ -298,7 +298,7 @@ def test_k3s_config_values_never_reach_a_shell_unquoted(tmp_path):
             "'/opt/geo bin/$(touch canary)/k3s.download'") == uses
     assert containerd.release_command("arm64", None).startswith(
         "mkdir -p -m 700 /var/lib/geotrain/downloads && curl -sfL --retry 3 -o "
-        "/var/lib/geotrain/downloads/containerd-1.7.34-linux-arm64.tar.gz ")
+        "/var/lib/geotrain/downloads/containerd-2.3.4-linux-arm64.tar.gz ")
     assert "/tmp" not in containerd.release_command("amd64", "bundle")
     assert Path(k3s.IMAGES_DIR).is_absolute()
 
@@ -318,7 +318,7 @@ def test_preflight_on_a_real_host_refuses_its_debian_containerd_for_k3s(make_tes
     assert result.summary.blocked and failure.step == "preflight"
     assert re.fullmatch(r"containerd 1\.6\.20\S* is not one Kubernetes 1\.35 supports \(1\.7\.28\+, "
                         r"2\.1\.5\+, 2\.2\.0\+\): include the containerd step so "
-                        r"geotrain installs 1\.7\.34, or upgrade it yourself", failure.message)
+                        r"geotrain installs 2\.3\.4, or upgrade it yourself", failure.message)
     assert result.command_log.changes() == []  # a gate: nothing was touched
 
 
@@ -327,7 +327,7 @@ def test_delete_removes_the_containerd_release_it_installed_unless_packages_are_
 
     session = NodeSession("n", None, None, CommandLog(), [], dry_run=True)
     target = NodeTarget(NodeSpec("n", "198.51.100.10", "server"), session,
-                        facts={"init": {"systemd": True}}, state={"containerd_release": "1.7.34"})
+                        facts={"init": {"systemd": True}}, state={"containerd_release": "2.3.4"})
     plan = ClusterPlan("up", [target.spec])
     whats = [what for _, what in undo_commands(plan, target, keep_packages=False)]
     removal = whats.index("removing the containerd release geotrain put in")

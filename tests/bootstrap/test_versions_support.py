@@ -56,3 +56,35 @@ def test_a_cgroup_v1_node_tells_kubelet_1_35_to_run():
     assert kubelet(1, versions.K3S_VERSION) == ["cgroup-driver=systemd", "fail-cgroupv1=false"]
     assert kubelet(2, versions.K3S_VERSION) == ["cgroup-driver=systemd"]
     assert kubelet(1, "v1.31.4+k3s1") == ["cgroup-driver=systemd"]  # the default refused nothing there
+
+
+def _toml(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+def test_containerd_2_gets_config_version_3_and_a_kept_1x_version_2():
+    """containerd docs/cri/config.md: version 3 (containerd 2.x) splits the CRI plugin into
+    io.containerd.cri.v1.images (pinned_images.sandbox, registry) and io.containerd.cri.v1.runtime
+    (device ownership, runtimes, cni with bin_dirs since 2.1); version 2 (1.x, still read by 2.x)
+    keeps io.containerd.grpc.v1.cri with sandbox_image and bin_dir."""
+    from core.bootstrap import containerd
+
+    assert containerd.config_version(versions.CONTAINERD_VERSION) == 3
+    assert containerd.config_version("1.7.28") == 2 and containerd.config_version("2.0.0") == 3
+    v3 = _toml(containerd.render_config(True, True, 3))
+    assert v3["version"] == 3 and set(v3["plugins"]) == {"io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"}
+    assert v3["plugins"]["io.containerd.cri.v1.images"] == {"pinned_images": {"sandbox": containerd.SANDBOX_IMAGE}}
+    runtime = v3["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["device_ownership_from_security_context"] is True
+    assert runtime["containerd"]["default_runtime_name"] == "nvidia"
+    assert runtime["containerd"]["runtimes"]["runc"] == {"runtime_type": "io.containerd.runc.v2",
+                                                         "options": {"SystemdCgroup": True}}
+    assert runtime["containerd"]["runtimes"]["nvidia"]["options"] == {"BinaryName": containerd.NVIDIA_RUNTIME,
+                                                                      "SystemdCgroup": True}
+    assert runtime["cni"] == {"bin_dirs": [containerd.K3S_CNI_BIN], "conf_dir": containerd.K3S_CNI_CONF}
+    v2 = _toml(containerd.render_config(False, False, 2))
+    cri = v2["plugins"]["io.containerd.grpc.v1.cri"]
+    assert v2["version"] == 2 and cri["sandbox_image"] == containerd.SANDBOX_IMAGE
+    assert cri["cni"]["bin_dir"] == containerd.K3S_CNI_BIN and cri["containerd"]["default_runtime_name"] == "runc"
