@@ -23,8 +23,9 @@ def test_add_kubernetes_records_context_namespace_and_node_groups(fake, kubeconf
     cluster = get_cluster(Store(), "mycluster")
     assert cluster.kind == "kubernetes" and cluster.kubeconfig_path == kubeconfig
     assert cluster.config["context"] == "fake-ctx" and cluster.config["namespace"] == "default"
-    assert cluster.config["node_groups"] == [{"vendor": "nvidia", "gpus": 8, "nodes": ["gpu-a", "gpu-b"]},
-                                             {"vendor": "cpu", "gpus": 0, "nodes": ["cpu-a"]}]
+    # no kubernetes.io/arch label on the stand-in's nodes: amd64, as nodes recorded before (issue 41 item 2)
+    assert cluster.config["node_groups"] == [{"vendor": "nvidia", "gpus": 8, "nodes": ["gpu-a", "gpu-b"], "arch": "amd64"},
+                                             {"vendor": "cpu", "gpus": 0, "nodes": ["cpu-a"], "arch": "amd64"}]
     code, out, _ = run(capsys, "clusters", "list", "--json")
     assert "mycluster" in [c["name"] for c in json.loads(out)]
 
