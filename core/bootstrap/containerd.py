@@ -19,6 +19,7 @@ from pathlib import Path
 
 from core.bootstrap import checksums, failures, nvidia_devices, packages, services, versions
 from core.bootstrap.plan import DeployContext, NodeTarget
+from core.bootstrap.registry_mirrors import CERTS_DIR, hosts_path, hosts_toml
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed, file_state
 from core.nodes.facts import gpus
@@ -87,9 +88,10 @@ def config_version(containerd_version: str | None) -> int:
     return 3 if have and have[0] >= 2 else 2
 
 
-def render_config(systemd_cgroup: bool, nvidia: bool, version: int | None = None) -> str:
+def render_config(systemd_cgroup: bool, nvidia: bool, version: int | None = None,
+                  mirrors: bool = False) -> str:
     """The containerd config geotrain writes, in the format of `version` (default: the pinned
-    release's)."""
+    release's); `mirrors`: registries' hosts.toml under CERTS_DIR (registry_mirrors)."""
     version = version or config_version(None)
     images, cri = CRI_TABLES[version]
     runtimes = f"{cri}.containerd.runtimes"
@@ -100,6 +102,8 @@ def render_config(systemd_cgroup: bool, nvidia: bool, version: int | None = None
         lines += [f"[{cri}]", f'  sandbox_image = "{SANDBOX_IMAGE}"', *DEVICE_OWNERSHIP]
     else:
         lines += [f"[{images}.pinned_images]", f'  sandbox = "{SANDBOX_IMAGE}"', f"[{cri}]", *DEVICE_OWNERSHIP]
+    if mirrors:
+        lines += [f"[{images}.registry]", f'  config_path = "{CERTS_DIR}"']
     lines += [
         f"[{cri}.containerd]",
         f'  default_runtime_name = "{"nvidia" if nvidia else "runc"}"',
@@ -214,7 +218,11 @@ def _install(ctx: DeployContext, target: NodeTarget) -> str:
 def _configure(ctx: DeployContext, target: NodeTarget) -> str:
     facts = target.gather_facts()
     running = target.state.get("containerd_release") or installed_version(facts)  # what will read it
-    text = render_config(facts["init"]["systemd"], "nvidia" in gpus.vendors(facts), config_version(running))
+    mirrors = ctx.plan.registry_mirrors
+    text = render_config(facts["init"]["systemd"], "nvidia" in gpus.vendors(facts), config_version(running),
+                         mirrors=bool(mirrors))
+    for registry, url in sorted(mirrors.items()):  # read at each pull: no restart for these
+        target.session.ensure_file(hosts_path(registry), hosts_toml(registry, url), mode=0o644)
     current = target.fact(f"file:{CONFIG_PATH}", file_state(CONFIG_PATH))
     have = current.stdout.split()[:1]
     want = hashlib.sha256(text.encode()).hexdigest()

@@ -19,6 +19,7 @@ from core.state import paths
 from core.bootstrap import load_steps, versions
 from core.bootstrap.plan import (ClusterPlan, DeployContext, K3sOptions, NodeSpec, NodeTarget,
                                  ProgressEvent, VolcanoOptions, assign_mesh_ips, parse_subnet)
+from core.bootstrap.registry_mirrors import parse_mirrors
 from core.bootstrap.runner import DeploySummary, Step, run_steps
 from core.bootstrap.session import CommandLog, NodeSession, Shell
 from core.state.cluster_records import delete_cluster as delete_record
@@ -80,6 +81,7 @@ def _config_to_plan(name: str, config: dict, specs: list[NodeSpec]) -> ClusterPl
     for key in ("vpn", "subnet", "interface", "listen_port", "mtu", "prepull", "image"):
         if key in config:
             setattr(plan, key, config[key])
+    plan.registry_mirrors = parse_mirrors(config.get("registry_mirrors") or {})
     check_interface(plan.interface)
     parse_subnet(plan.subnet)
     for key in ("listen_port", "mtu"):
@@ -103,7 +105,8 @@ def plan_config(plan: ClusterPlan) -> dict:
             "listen_port": plan.listen_port, "mtu": plan.mtu,
             "endpoints": {n.name: n.endpoint for n in plan.nodes if n.endpoint},
             "k3s": asdict(plan.k3s), "volcano": asdict(plan.volcano),
-            **({"prepull": True} if plan.prepull else {}), **({"image": plan.image} if plan.image else {})}
+            **({"prepull": True} if plan.prepull else {}), **({"image": plan.image} if plan.image else {}),
+            **({"registry_mirrors": dict(plan.registry_mirrors)} if plan.registry_mirrors else {})}
 
 
 def build_plan(store: Store, name: str, node_names: list[str], vpn: bool | None = None,

@@ -20,6 +20,7 @@ import shlex
 
 from core.bootstrap.containerd import SOCKET
 from core.bootstrap.plan import DeployContext, NodeTarget, ProgressEvent
+from core.bootstrap.registry_mirrors import CERTS_DIR
 from core.bootstrap.runner import Phase, Step
 from core.bootstrap.session import StepFailed
 from core.domain.architectures import node_arch
@@ -41,8 +42,10 @@ def present_command(ref: str) -> str:
     return f"{CTR} images ls -q name=={shlex.quote(ref)} | grep -qxF {shlex.quote(ref)}"
 
 
-def pull_command(ref: str) -> str:
-    return f"{CTR} images pull {shlex.quote(ref)}"
+def pull_command(ref: str, mirrors: bool = False) -> str:
+    """ctr reads no CRI config: with mirrors it is given their hosts.toml dir (containerd docs/hosts.md)."""
+    hosts = f" --hosts-dir {CERTS_DIR}" if mirrors else ""
+    return f"{CTR} images pull{hosts} {shlex.quote(ref)}"
 
 
 def _pull(ctx: DeployContext, target: NodeTarget) -> str:
@@ -55,7 +58,8 @@ def _pull(ctx: DeployContext, target: NodeTarget) -> str:
         return f"{ref} present"
     ctx.emit(ProgressEvent(target.name, STEP_NAME, 0.1, f"pulling {ref} (several GB: minutes)"))
     try:
-        target.session.change(pull_command(ref), timeout=PULL_TIMEOUT_S, what=f"pulling {ref}")
+        target.session.change(pull_command(ref, bool(ctx.plan.registry_mirrors)), timeout=PULL_TIMEOUT_S,
+                              what=f"pulling {ref}")
     except StepFailed as exc:
         raise StepFailed(f"{exc}: the node must reach the image's registry (Docker Hub for the "
                          "upstream images); on a node without internet, copy the image over and "

@@ -75,6 +75,7 @@ class ClusterPlan:
     netmatrix_bytes: int = 4 << 20
     prepull: bool = False  # the optional `images` step: pull the workspace image on every node
     image: str | None = None  # the cluster's own workspace image (None: upstream, core.domain.images)
+    registry_mirrors: dict[str, str] = field(default_factory=dict)  # registry -> mirror URL (registry_mirrors.py)
 
     @property
     def server(self) -> NodeSpec:

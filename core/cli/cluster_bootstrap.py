@@ -11,6 +11,7 @@ from core.bootstrap.checksums import parse_given
 from core.bootstrap.failures import check_bundle
 from core.bootstrap.kubeconfig_import import merge
 from core.bootstrap.plan import ProgressEvent
+from core.bootstrap.registry_mirrors import parse_mirrors
 from core.bootstrap.teardown import delete_cluster, kept_text, remove_node
 from core.cli.nodes import check_fingerprints
 from core.cli.prompts import confirm_delete
@@ -46,6 +47,9 @@ def register(groups) -> None:
     p.add_argument("--pull-images", action="store_true",
                    help="pull the workspace image into every node's containerd (the `images` step; "
                    "the default when no --image and no --k3s-bundle is given)")
+    p.add_argument("--registry-mirror", action="append", default=[], metavar="REGISTRY=URL",
+                   help="pull REGISTRY's images through a mirror first (containerd hosts.toml), e.g. "
+                   "docker.io=https://mirror.example.com (repeatable)")
     p.add_argument("--no-pull-images", action="store_true",
                    help="leave the images step out: each node pulls its image when a first workspace starts")
     p.add_argument("--image", metavar="REF", help="the cluster's own workspace image (default: the "
@@ -152,6 +156,8 @@ def cmd_deploy(args) -> int:
         plan.prepull = True
     if args.image:
         plan.image = validate_image(args.image)
+    if args.registry_mirror:
+        plan.registry_mirrors = parse_mirrors(args.registry_mirror)
     only = _split(args.only) or None
     result = deploy(plan, only=only, dry_run=args.dry_run, store=store,
                     on_event=None if args.dry_run else _print_event,
