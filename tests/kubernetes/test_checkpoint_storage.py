@@ -110,6 +110,8 @@ def test_the_claim_is_created_with_the_job_outlives_a_recovery_and_goes_with_del
 
     pod = fake.add_pod("gt-ws-pvc", "master", 0)
     fake.end_container(pod, 137)
+    # resubmitted from here only as a job deployed before the watcher (with one, its watcher replaces the pod)
+    del fake.objects[("jobs", "default", "gt-ws-pvc")]["metadata"]["annotations"]["geotrain.io/watcher"]
     assert backend.recover("ws-pvc", make_spec(cluster="mycluster", workers=1), WorkspaceState("RUNNING"))
     assert fake.objects[key]["metadata"]["uid"] == claim["metadata"]["uid"]  # same checkpoints
 

@@ -207,7 +207,9 @@ def test_a_restarted_container_says_why_and_the_first_failure_is_the_cause(fake,
     assert state.reason == "failed: master-0 (Error, exit code 137), worker-1 (Error, exit code 1)"
     assert (state.workers[1].status, state.workers[1].detail) == \
         ("PENDING", "stopped by a job restart (restarts: 1; last: OOMKilled, exit code 137)")
-    assert backend.recover("ws-rs", spec, state) == "pod worker-1 failed (Error, exit code 1)"
+    assert backend.recover("ws-rs", spec, state) is None  # its watcher in the cluster replaces pods
+    del fake.objects[("jobs", "default", "gt-ws-rs")]["metadata"]["annotations"]["geotrain.io/watcher"]
+    assert backend.recover("ws-rs", spec, state) == "pod worker-1 failed (Error, exit code 1)"  # a job from before it
 
 
 def test_events_are_listed_per_namespace_by_kind(fake, tmp_path, geotrain_home):
