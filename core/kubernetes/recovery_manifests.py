@@ -20,7 +20,7 @@ from typing import Any
 
 from core.domain.records import Cluster, WorkspaceSpec
 from core.domain.recovery import RecoverySettings
-from core.kubernetes.watcher_manifests import pod_policies
+from core.kubernetes.watcher_manifests import pod_policies, restart_pod_allowed
 
 CHECKPOINT_MOUNT = "/checkpoints"
 DEFAULT_HOST_PATH = "/var/lib/geotrain/checkpoints"
@@ -161,5 +161,5 @@ def add_recovery(job_manifest: dict[str, Any], spec: WorkspaceSpec, cluster: Clu
     # A lost pod restarts alone (the workspace's watcher replaces it, Volcano makes it again);
     # torchrun's agents in the pods still running meet it at the next rendezvous, and a
     # restarted worker resumes from the newest complete checkpoint on the volume.
-    pod_policies(job_manifest)
+    pod_policies(job_manifest, restart_pod_allowed(cluster.config))
     return job_manifest

@@ -34,22 +34,36 @@ def pod_names(job_manifest: dict[str, Any]) -> list[str]:
     return [f"{job}-{task['name']}-{i}" for task in job_manifest["spec"]["tasks"] for i in range(task["replicas"])]
 
 
-def pod_policies(job_manifest: dict[str, Any]) -> None:
+def restart_pod_allowed(cluster_config: dict[str, Any]) -> bool:
+    """Whether the cluster's Volcano takes RestartPod: v1.11.0 and later (pkg/webhooks/admission/jobs/
+    validate/util.go policyActionMap; v1.10.0's refuses it, and the whole Job with it). Known only for
+    clusters geotrain built (their config records the Volcano it installed); elsewhere not assumed."""
+    version = str(((cluster_config.get("volcano") or {}) if isinstance(cluster_config.get("volcano"), dict)
+                   else {}).get("version") or "")
+    parts = version.lstrip("v").split(".")
+    return len(parts) >= 2 and all(p.isdigit() for p in parts[:2]) and (int(parts[0]), int(parts[1])) >= (1, 11)
+
+
+def pod_policies(job_manifest: dict[str, Any], restart_pod: bool) -> None:
     """A lost pod restarts alone, never the job (Volcano v1.11.0):
     - pkg/controllers/job/job_controller_util.go applyPolicies: a task's own policies are read
-      before the job's, for requests that name the task (pod events do);
-    - pkg/webhooks/admission/jobs/validate/util.go policyActionMap: RestartPod is allowed;
-    - pkg/controllers/job/state/running.go: RestartPod kills only the target pod
-      (KillTarget, TargetTypePod) and counts a retry (RetryCount++); restarting.go fails the
-      job once RetryCount reaches maxRetry (= recovery.max_recoveries);
+      before the job's, for requests that name the task (pod events do); an event no policy names
+      gets SyncJob;
     - pkg/controllers/job/job_controller_handler.go deletePod: a deleted pod (the watcher's
-      delete, a preemption, a drained node) arrives as PodEvicted, and syncJob makes it again.
+      delete, a preemption, a drained node) arrives as PodEvicted;
+    - pkg/controllers/job/job_controller_actions.go syncJob makes every pod that does not exist
+      again (`if pod, found := pods[podName]; !found`), same name: with or without a policy;
+    - with `restart_pod` (a Volcano that has it, restart_pod_allowed) each task also says
+      PodEvicted -> RestartPod: state/running.go KillTarget(TargetTypePod) and RetryCount++, so
+      restarting.go fails the job once RetryCount reaches maxRetry (= recovery.max_recoveries), a
+      backstop to the watcher's own count.
     PodFailed has no policy, job or task: a failed pod waits for the watcher, which replaces it
     within the budget and writes down why (the job's old PodFailed -> RestartJob stopped
     every datacenter for one lost pod)."""
     job_manifest["spec"].pop("policies", None)
-    for task in job_manifest["spec"]["tasks"]:
-        task["policies"] = [*task.get("policies", []), {"event": "PodEvicted", "action": "RestartPod"}]
+    if restart_pod:
+        for task in job_manifest["spec"]["tasks"]:
+            task["policies"] = [*task.get("policies", []), {"event": "PodEvicted", "action": "RestartPod"}]
     job_manifest["metadata"].setdefault("annotations", {})[WATCHED_ANNOTATION] = watcher_name(
         job_manifest["metadata"]["name"])
 

@@ -71,6 +71,24 @@ def test_the_watcher_objects_pass_upstream_checks_and_allow_only_its_own_calls(j
     assert command[command.index("--max-recoveries") + 1] == "5"
 
 
+@pytest.mark.parametrize("volcano,restart_pod", [("v1.11.0", True), ("v1.12.0", True), ("v1.10.0", False),
+                                                 (None, False)])
+def test_restart_pod_only_where_the_clusters_volcano_takes_it(job_validator, volcano, restart_pod):
+    """RestartPod is in Volcano's policyActionMap from v1.11.0 (v1.10.0's webhook refuses the whole Job):
+    only a cluster geotrain built records its Volcano; elsewhere a deleted pod is made again by syncJob alone."""
+    config = {"volcano": {"version": volcano}} if volcano else {}
+    out = render_manifests("ws-v", make_spec(workers=3), Cluster("dc", "geotrain", config=config), HETEROGENEOUS,
+                           "team", {})
+    job = out[-1]
+    assert not list(job_validator.iter_errors(job)) and admission_errors(job) == []
+    policies = [p for t in job["spec"]["tasks"] for p in t.get("policies", [])]
+    has = {"event": "PodEvicted", "action": "RestartPod"} in policies
+    assert has is restart_pod
+    if has:
+        assert all({"event": "PodEvicted", "action": "RestartPod"} in t["policies"] for t in job["spec"]["tasks"])
+    assert "policies" not in job["spec"] and not any(p.get("event") == "PodFailed" for p in policies)
+
+
 def _allowed(rules: list[dict], method: str, path: str) -> bool:
     """Whether a request is one the Role allows (RBAC: verb, resource, name; list has no name)."""
     parts = path.strip("/").split("/")
