@@ -1,6 +1,6 @@
 """The files geotrain reads from a source tree it ships (the recipes package to pods, a
 custom-training --workdir): plain files with the given suffixes, sorted, never through a link,
-never above the root, dot folders and caches left out, each file and the total bounded."""
+never above the root, dotfiles, dot folders and caches left out, each file and the total bounded."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def bounded_files(root: Path, suffixes: tuple[str, ...], refuse_file: Callable[[
         for name in sorted(files):
             full = Path(directory, name)
             info = full.lstat()
-            if not name.endswith(suffixes) or not stat.S_ISREG(info.st_mode):
-                continue  # symlinks (lstat) and anything that is not a plain file stay home
+            if name.startswith(".") or not name.endswith(suffixes) or not stat.S_ISREG(info.st_mode):
+                continue  # dotfiles (often credentials), symlinks (lstat), anything not a plain file stay home
             if info.st_size > DELIVERY_FILE_BYTES:
                 raise refuse_file(full, info.st_size)
             total += info.st_size

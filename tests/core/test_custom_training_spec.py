@@ -55,6 +55,9 @@ def test_the_workdir_is_a_named_directory_within_the_bounds(tmp_path):
     outside = tmp_path / "outside.py"
     outside.write_text("SECRET = 1\n")
     (big / "train.py").write_text("print(1)\n")
+    (big / ".credentials.json").write_text("{}")  # a dotfile: often a secret, never shipped
+    (big / ".git").mkdir()
+    (big / ".git" / "config.yaml").write_text("x")
     assert [rel for rel, _ in workdir_files(big)] == ["train.py"]
     (big / "data.txt").write_text("x" * (MAX_FILE_BYTES + 1))
     with pytest.raises(InvalidInput, match="over the 256 KiB") as caught:
