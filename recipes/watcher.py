@@ -12,7 +12,9 @@ and its pods through the API and:
   policies map PodEvicted to RestartPod (state/running.go: KillTarget, RetryCount++), and
   syncJob (job_controller_actions.go) creates the pod again, same name, new uid. Only that pod
   restarts, never the job; the pods still running keep training.
-- a pod that came back with a new uid, Running, ends its recovery: the time paused is recorded.
+- a pod that came back with a new uid ends its recovery once it trains again (its log shows the
+  resume event or a step): the time paused, and the steps lost since the newest step any pod had
+  logged when it was lost, are recorded.
 - the history (recoveries with their cause, attempt and budget, time paused, the budget spent)
   is kept as JSON in the workspace's history ConfigMap, which `geotrain workspaces show` reads.
 A restarted watcher reads the history back first, so the budget is never counted twice.
@@ -45,6 +47,11 @@ STATE_EVERY_S = 30.0  # the state's heartbeat, written even when nothing happene
 NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # DNS-1123 label: job, namespace, ConfigMap
 LOST_PHASES = ("Failed", "Unknown")  # Unknown: the pod's node stopped reporting
 ENDED_JOB_PHASES = ("Completed", "Failed", "Terminated", "Aborted")
+# What the trainers print (recipes/telemetry.py say/emit): progress lines and the resume event.
+PROGRESS = re.compile(r"\[rank \d+\] step (\d+)/\d+ loss ")
+EVENT = "geotrain-event "
+LOG_TAIL = "container=trainer&tailLines=400&limitBytes=262144"  # a bounded tail, as the backend reads
+TRAINING_WAIT_S = 3600.0  # a replacement that shows no step by then is written down as running, steps unknown
 # recovery.keep_failed_pods (core/kubernetes/failed_pods.py): a failed pod stays where it failed, for a look
 KEEP_ANNOTATION = "geotrain.io/keep-failed-pods"
 
@@ -67,7 +74,8 @@ class Api:
         host = f"[{host}]" if ":" in host else host
         return cls(f"https://{host}:{port}", f"{SA_DIR}/token", f"{SA_DIR}/ca.crt")
 
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    def call(self, method: str, path: str, body: dict | None = None, raw: bool = False) -> tuple[int, Any]:
+        """(HTTP status, the answer's JSON; with `raw` its bytes)."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.base + path, data=data, method=method,
                                          headers={"Accept": "application/json",
@@ -77,8 +85,11 @@ class Api:
                 request.add_header("Authorization", "Bearer " + f.read().strip())
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=self.context) as response:
-                return response.status, json.loads(response.read(16 << 20) or b"{}")
+                data = response.read(16 << 20)
+                return response.status, data if raw else json.loads(data or b"{}")
         except urllib.error.HTTPError as exc:
+            if raw:
+                return exc.code, b""
             try:
                 return exc.code, json.loads(exc.read(1 << 20) or b"{}")
             except ValueError:
@@ -101,7 +112,8 @@ class Watcher:
         self.core = f"/api/v1/namespaces/{namespace}"
         self.history: list[dict] = []
         self.handled: set[str] = set()  # uids of lost pods already acted on
-        self.waiting: dict[str, tuple[str, float]] = {}  # pod name -> (lost uid, when it was lost)
+        # pod name -> (lost uid, when it was lost, the newest step any pod had logged then, or None)
+        self.waiting: dict[str, tuple[str, float, int | None]] = {}
         self.known: dict[str, str] = {}  # pod name -> uid last seen
         self.state: dict[str, Any] = {}
         self.written_at = 0.0
@@ -123,8 +135,9 @@ class Watcher:
         self.history = [e for e in entries if isinstance(e, dict)][-MAX_HISTORY:] if isinstance(entries, list) else []
         self.handled = {str(e["uid"]) for e in self.history if e.get("kind") == "recovery" and e.get("uid")}
         waiting = state.get("waiting") if isinstance(state, dict) else None
-        for name, (uid, at) in (waiting or {}).items() if isinstance(waiting, dict) else ():
-            self.waiting[str(name)] = (str(uid), float(at))
+        for name, entry in (waiting or {}).items() if isinstance(waiting, dict) else ():
+            uid, at, reached = (list(entry) + [None])[:3]
+            self.waiting[str(name)] = (str(uid), float(at), int(reached) if isinstance(reached, int) else None)
         known = state.get("known") if isinstance(state, dict) else None
         self.known = {str(k): str(v) for k, v in known.items()} if isinstance(known, dict) else {}
 
@@ -182,13 +195,44 @@ class Watcher:
             self._record("recovery", scope="pod", workers=[self._label(name)], uid=before,
                          cause=f"pod {self._label(name)} was replaced (evicted or deleted)",
                          attempt=self.used + 1, budget=self.budget)
-            self.waiting[name] = (before, now)
+            self.waiting[name] = (before, now, self._reached())
         if phase in LOST_PHASES and uid not in self.handled:
             self._lost(pod, name, uid, now)
         elif phase == "Running" and name in self.waiting and self.waiting[name][0] != uid:
-            _, since = self.waiting.pop(name)
-            self._record("recovered", worker=self._label(name), downtime_s=round(now - since, 3),
-                         step=None, steps_lost=None)
+            self._training_again(name, now)
+
+    def _log(self, name: str) -> list[str]:
+        """A pod's recent lines (empty when its log cannot be read: not started, gone)."""
+        status, answer = self.api.call("GET", f"{self.core}/pods/{name}/log?{LOG_TAIL}", raw=True)
+        return answer.decode("utf-8", "replace").splitlines() if status == 200 else []
+
+    def _reached(self) -> int | None:
+        """The newest step any of the job's pods has logged (progress lines), None when none has."""
+        steps = [int(m.group(1)) for name in sorted(self.known) for line in self._log(name)
+                 if (m := PROGRESS.search(line))]
+        return max(steps) if steps else None
+
+    def _training_again(self, name: str, now: float) -> None:
+        """The replacement runs: written down once it trains again (it resumed from a checkpoint, or
+        logged a step), with the steps lost since the newest step seen when its pod was lost."""
+        _, since, reached = self.waiting[name]
+        resumed, progressed = None, False
+        for line in self._log(name):
+            if line.startswith(EVENT):
+                try:
+                    event = json.loads(line[len(EVENT):])
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("kind") == "resumed" and isinstance(event.get("step"), int):
+                    resumed = event["step"]
+            progressed = progressed or bool(PROGRESS.search(line))
+        if resumed is None and not progressed and now - since < TRAINING_WAIT_S:
+            return  # not training yet: looked at again next poll
+        del self.waiting[name]
+        step = resumed if resumed is not None else (0 if progressed else None)
+        lost = max(0, reached - step) if reached is not None and step is not None else None
+        self._record("recovered", worker=self._label(name), downtime_s=round(now - since, 3), step=step,
+                     steps_lost=lost)
 
     def _lost(self, pod: dict, name: str, uid: str, now: float) -> None:
         cause = f"pod {self._label(name)} {failure(pod)}"
@@ -201,7 +245,7 @@ class Watcher:
             return
         self._record("recovery", scope="pod", workers=[self._label(name)], cause=cause, uid=uid,
                      attempt=self.used + 1, budget=self.budget)
-        self.waiting[name] = (uid, now)
+        self.waiting[name] = (uid, now, self._reached())
         self._write(now)  # the count is kept before acting: a watcher restarted now does not act twice
         self.api.checked("DELETE", f"{self.core}/pods/{name}", {"kind": "DeleteOptions", "apiVersion": "v1",
                                                                  "preconditions": {"uid": uid}}, missing_ok=True)

@@ -78,6 +78,8 @@ def _role(job_manifest: dict[str, Any], metadata: dict[str, Any]) -> dict[str, A
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
                       {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"],
                        "resourceNames": pod_names(job_manifest)},
+                      {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"],  # steps reached, resumed
+                       "resourceNames": pod_names(job_manifest)},
                       {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"],
                        "resourceNames": [history_name(job)]},
                       {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"], "verbs": ["get"],

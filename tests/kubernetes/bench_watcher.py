@@ -5,7 +5,8 @@ and rendezvous are not in these figures). Prints; asserts nothing.
     python -m tests.kubernetes.bench_watcher [--pods 8] [--failures 5] [--poll-s 0.5]
 
 For each failure: a trainer pod marked Failed -> the watcher deletes it (the stand-in, playing
-Volcano's syncJob, makes it again) -> 'recovery' written; then the new pod runs -> 'recovered'.
+Volcano's syncJob, makes it again) -> 'recovery' written; then the new pod runs and logs its resume
+event -> 'recovered'.
 Also the watcher process's resident memory and CPU seconds per poll.
 """
 
@@ -66,6 +67,7 @@ def run(pods: int, failures: int, poll_s: float) -> None:
             noticed.append(time.monotonic() - start)
             _until(lambda: fake.objects.get(("pods", NS, name), {}).get("metadata", {}).get("uid") not in (None, old))
             fake.start_container(name)
+            fake.write_log(name, b'geotrain-event {"kind": "resumed", "rank": 0, "step": 0}\n')  # training again
             _until(lambda: sum(e["kind"] == "recovered" for e in _history(fake)) == i + 1)
             running_again.append(time.monotonic() - start)
         cpu = proc.cpu_times()

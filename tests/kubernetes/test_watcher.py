@@ -63,6 +63,7 @@ def test_the_watcher_objects_pass_upstream_checks_and_allow_only_its_own_calls(j
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"], "resourceNames": pods},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"], "resourceNames": pods},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"],
          "resourceNames": ["gt-ws-w-history"]},
         {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"], "verbs": ["get"], "resourceNames": ["gt-ws-w"]}]
@@ -92,6 +93,8 @@ def test_restart_pod_only_where_the_clusters_volcano_takes_it(job_validator, vol
 def _allowed(rules: list[dict], method: str, path: str) -> bool:
     """Whether a request is one the Role allows (RBAC: verb, resource, name; list has no name)."""
     parts = path.strip("/").split("/")
+    if parts[-1] == "log":  # a subresource: pods/log of the named pod
+        parts = [*parts[:-3], "pods/log", parts[-2]]
     resource, name = (parts[-1], None) if parts[-1] in ("pods", "configmaps", "jobs") else (parts[-2], parts[-1])
     verb = {"GET": "get" if name else "list", "PUT": "update", "DELETE": "delete", "POST": "create"}[method]
     return any(resource in r["resources"] and verb in r["verbs"]
@@ -154,10 +157,12 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
         _wait(lambda: json.loads(fake.objects[("configmaps", "default", f"{job}-history")]["data"]
                                  ["watcher.json"]).get("running") == 2, "the watcher's first look")
 
+        fake.write_log(master, b"[rank 0] step 12/20 loss 2.1000 lr 1.00e-03 outer 1 sent 0.1MB 5.0ms/step\n")
         fake.end_container(worker, 137, reason="Error")  # the node took the worker down
         replaced = _wait(lambda: (p := fake.objects.get(("pods", "default", worker)))
                          and p["metadata"]["uid"] != first[worker] and p, "the replacement pod")
-        fake.start_container(worker)  # kubelet starts it
+        fake.start_container(worker)  # kubelet starts it; its rank resumes from the step-8 checkpoint
+        fake.write_log(worker, b'geotrain-event {"kind": "resumed", "at": 1.0, "rank": 1, "step": 8}\n')
         _wait(lambda: any(e["kind"] == "recovered" for e in _history_of(fake, job)), "the recovery written down")
         assert watcher.poll() is None  # still watching
     finally:
@@ -170,6 +175,7 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
     assert history[0]["cause"] == "pod worker-0 failed: Error, exit code 137"
     assert (history[0]["scope"], history[0]["attempt"], history[0]["budget"]) == ("pod", 1, 3)
     assert history[1]["worker"] == "worker-0" and history[1]["downtime_s"] >= 0
+    assert (history[1]["step"], history[1]["steps_lost"]) == (8, 4)  # reached 12, resumed at 8
     # only the lost pod restarted: the master kept its pod, the job was never resubmitted
     assert fake.objects[("pods", "default", master)]["metadata"]["uid"] == first[master]
     assert replaced["metadata"]["uid"] != first[worker]
@@ -182,7 +188,7 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
     done = _geotrain("workspaces", "show", ws)
     assert done.returncode == 0, done.stderr
     assert "recovery: pod worker-0 failed: Error, exit code 137 — recovering worker-0 (pod, 1 of 3)" in done.stdout
-    assert "recovered: worker-0 running again after" in done.stdout
+    assert "recovered: worker-0 training again at step 8 after" in done.stdout and "4 steps lost" in done.stdout
     assert "watcher (in the cluster): last seen" in done.stdout and "1 of 3 recoveries used" in done.stdout
     assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == job_uid
 
@@ -352,3 +358,25 @@ def test_in_the_pod_it_speaks_https_with_its_token_and_checks_the_servers_certif
             Api.in_cluster().call("GET", "/api/v1/namespaces/default/pods")
     finally:
         api.stop()
+
+
+def test_a_replacement_that_never_shows_a_step_is_written_down_as_running(fake, tmp_path, monkeypatch):
+    """Its log cannot tell (no resume event, no step) within TRAINING_WAIT_S: running again, steps unknown."""
+    import recipes.watcher as watcher_module
+    from recipes.watcher import Api, Watcher
+
+    cluster = Cluster(name="dc", kind="kubernetes", kubeconfig_path=write_kubeconfig(tmp_path / "kc", fake.url),
+                      config={"context": "fake-ctx", "node_groups": [{"vendor": "cpu", "gpus": 0, "nodes": ["a", "b"]}]})
+    fake.replace_deleted_pods = True
+    KubernetesBackend(cluster).deploy("ws-q", make_spec(cluster="dc", workers=2), {})
+    worker = fake.add_pod("gt-ws-q", "worker", 0)
+    watcher = Watcher(Api(fake.url), "default", "gt-ws-q", "gt-ws-q-history", 3)
+    fake.end_container(worker, 1)
+    watcher.poll()
+    fake.start_container(worker)
+    watcher.poll()
+    assert [e["kind"] for e in _history_of(fake, "gt-ws-q")] == ["recovery"]  # running, not training yet
+    monkeypatch.setattr(watcher_module, "TRAINING_WAIT_S", 0.0)
+    watcher.poll()
+    recovered = _history_of(fake, "gt-ws-q")[-1]
+    assert (recovered["kind"], recovered["step"], recovered["steps_lost"]) == ("recovered", None, None)
