@@ -175,6 +175,10 @@ def score(args) -> dict:
     n = PROTOCOL["ddp_steps"]
     where = [f"datacenters={args.datacenters}"] if args.datacenters > 1 else []
     tuned = json.loads(args.ddp_from.read_text())["best"] if args.ddp_from else {"lr": None, "warmup": None}
+    if args.reuse_ddp:
+        before = json.loads(args.reuse_ddp.read_text())
+        if before["protocol"] != json.loads(json.dumps(PROTOCOL)) or before["ddp"] != tuned or before["size"] != args.size:
+            raise SystemExit(f"--reuse-ddp {args.reuse_ddp}: another protocol, size or DDP tuning; run DDP here")
     ddp_opts = [f"optim.lr={tuned['lr']}", f"optim.warmup_steps={tuned['warmup']}"] if tuned["lr"] else []
     presets = [t for t in PROTOCOL["targets"] if not args.presets or t[0] in args.presets]
     seeds = args.seeds or PROTOCOL["score_seeds"]
@@ -184,8 +188,10 @@ def score(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="geotrain-protocol-") as tmp:
         corpus = write_corpus(Path(tmp) / "corpus", args.workers)
         check_no_repeat(corpus, max(round(f * n) for _, f, _ in presets) if presets else n)
+        earlier = {r["seed"]: r["methods"]["ddp"] for r in json.loads(args.reuse_ddp.read_text())["runs"]
+                   } if args.reuse_ddp else {}
         for seed in seeds:
-            ddp = run(f"s{seed}-ddp", ["gradient_compression=none", f"seed={seed}", f"steps={n}", *ddp_opts],
+            ddp = earlier.get(seed) or run(f"s{seed}-ddp", ["gradient_compression=none", f"seed={seed}", f"steps={n}", *ddp_opts],
                       args.workers, Path(tmp), args.device, args.size)
             methods = {"ddp": ddp}
             for name, factor, _ in presets:
@@ -258,18 +264,47 @@ def print_summary(report: dict) -> None:
               f"{m['loss_vs_ddp_mean']:>8.4f}{reach_at:>16}{target:>22}")
 
 
+def markdown(report: dict) -> str:
+    """A score report as the tables recipes/bench/RESULTS.md carries: per seed, then held-out loss
+    against tokens read per worker (the iso-token curves, every fifth evaluation and the last)."""
+    names = list(report["runs"][0]["methods"])
+    lines = ["| seed | " + " | ".join(f"{n} loss (bytes/worker)" for n in names) + " |",
+             "|---" * (len(names) + 1) + "|"]
+    for r in report["runs"]:
+        lines.append(f"| {r['seed']} | " + " | ".join(
+            f"{m['loss']:.4f} ({m['bytes_per_worker']:,})" for m in r["methods"].values()) + " |")
+    tokens = PROTOCOL["batch_size"] * PROTOCOL["seq_len"]
+    steps = sorted({p["step"] for r in report["runs"] for m in r["methods"].values() for p in m["curve"]})
+    shown = [s for i, s in enumerate(steps) if (i + 1) % 5 == 0 or s == steps[-1]]
+    lines += ["", "| tokens/worker (step) | " + " | ".join(f"{n} (mean of seeds)" for n in names) + " |",
+              "|---" * (len(names) + 1) + "|"]
+    for step in shown:
+        cells = []
+        for n in names:
+            at = [p["eval_loss"] for r in report["runs"] for p in r["methods"][n]["curve"] if p["step"] == step]
+            cells.append(f"{sum(at) / len(at):.4f}" if len(at) == len(report["runs"]) else "")
+        lines.append(f"| {step * tokens:,} ({step}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipes.bench.protocol", description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("tune", "score", "bytes"))
+    parser.add_argument("kind", choices=("tune", "score", "bytes", "markdown"))
+    parser.add_argument("report", nargs="?", type=Path, help="markdown: the score report to print as tables")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", help="scoring seeds (default 100 101 102)")
     parser.add_argument("--presets", nargs="+", help="a subset of the presets to score")
     parser.add_argument("--ddp-from", type=Path, help="the tune report whose best DDP is the baseline")
     parser.add_argument("--datacenters", type=int, default=1, help="score: the presets across K datacenters")
+    parser.add_argument("--reuse-ddp", type=Path, help="score: DDP's runs of these seeds from an earlier score "
+                                                       "report of the same protocol and tuned DDP")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--size", default=PROTOCOL["size"], help="gpt-neo size (a GPU run: >= 20M parameters)")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args(argv)
+    if args.kind == "markdown":
+        print(markdown(json.loads(args.report.read_text())))
+        return 0
     report = {"tune": tune, "score": score, "bytes": bytes_growth}[args.kind](args)
     if args.kind == "score":
         print_summary(report)
