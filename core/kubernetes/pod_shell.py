@@ -97,6 +97,15 @@ def relay(ws, stdin_fd: int, out: BinaryIO, err: BinaryIO) -> int:
     return exit_code(ws.read_channel(ERROR))
 
 
+def close(ws) -> None:
+    """Close the stream; the pod's side may have closed it already (its shell exited): a close
+    frame sent then meets a broken pipe, which is no error of the session's."""
+    try:
+        ws.close()
+    except (OSError, WebSocketException):
+        pass
+
+
 def run_shell(api: client.ApiClient, pod: str, namespace: str, container: str) -> int:
     """`kubectl exec -it POD -c CONTAINER -- sh` on this process's terminal (raw mode while it
     runs, restored after), or without a TTY when stdin is not one (a pipe, a script)."""
@@ -110,7 +119,10 @@ def run_shell(api: client.ApiClient, pod: str, namespace: str, container: str) -
             import tty as tty_mode
 
             size = shutil.get_terminal_size()
-            ws.write_channel(RESIZE, json.dumps({"Width": size.columns, "Height": size.lines}))
+            try:
+                ws.write_channel(RESIZE, json.dumps({"Width": size.columns, "Height": size.lines}))
+            except (OSError, WebSocketException):  # already closed: relay reads what came, then ends
+                pass
             saved = termios.tcgetattr(fd)
             tty_mode.setraw(fd)
         return relay(ws, fd, sys.stdout.buffer, sys.stderr.buffer)
@@ -119,4 +131,4 @@ def run_shell(api: client.ApiClient, pod: str, namespace: str, container: str) -
             import termios
 
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-        ws.close()
+        close(ws)

@@ -69,6 +69,7 @@ def test_a_shell_opens_kubectl_exec_it_through_the_client(fake, kubeconfig, caps
     ws_client = pod_shell.open_exec(backend.api, worker, "default", "trainer", tty=False)
     with open(out, "wb") as out_file, open(err, "wb") as err_file:
         code = pod_shell.relay(ws_client, reader, out_file, err_file)
+    pod_shell.close(ws_client)  # the stand-in closed first: no error either way
     os.close(reader)
     os.close(writer)
     assert code == 0 and out.read_bytes() == b"trainer@pod:/workspace$ " + HOSTILE.encode()[:20]
@@ -77,7 +78,7 @@ def test_a_shell_opens_kubectl_exec_it_through_the_client(fake, kubeconfig, caps
     assert {k: query[k] for k in ("container", "command", "stdin", "stdout", "stderr", "tty")} == {
         "container": ["trainer"], "command": pod_shell.SHELL_COMMAND, "stdin": ["true"], "stdout": ["true"],
         "stderr": ["true"], "tty": ["false"]}
-    pod_shell.open_exec(backend.api, master, "default", "trainer", tty=True).close()
+    pod_shell.close(pod_shell.open_exec(backend.api, master, "default", "trainer", tty=True))
     _, query = fake.execs[-1]
     assert (query["tty"], query["stderr"], query["stdin"]) == (["true"], ["false"], ["true"])  # kubectl exec -it
 
