@@ -67,12 +67,16 @@ def render_pull_secret(name: str, metadata: dict[str, Any], image: str, auth: st
 
 def with_pull_secret(manifests: list[dict[str, Any]], workspace_id: str, image: str,
                      auth: str | None) -> list[dict[str, Any]]:
-    """The manifests with the pull Secret before the Job (the last) and every pod naming it."""
+    """The manifests with the pull Secret before the first that makes pods (the watcher's
+    Deployment, which runs the same image, then the Job, the last) and every pod naming it."""
     if not auth:
         return manifests
     job = manifests[-1]
     name = pull_secret_name(workspace_id)
     metadata = {k: v for k, v in job["metadata"].items() if k != "name"}
-    for task in job["spec"]["tasks"]:
-        task["template"]["spec"]["imagePullSecrets"] = [{"name": name}]
-    return [*manifests[:-1], render_pull_secret(name, metadata, image, auth), job]
+    templates = [task["template"] for task in job["spec"]["tasks"]]
+    templates += [o["spec"]["template"] for o in manifests if o.get("kind") == "Deployment"]
+    for template in templates:
+        template["spec"]["imagePullSecrets"] = [{"name": name}]
+    first = next(i for i, o in enumerate(manifests) if o.get("kind") in ("Deployment", "Job"))
+    return [*manifests[:first], render_pull_secret(name, metadata, image, auth), *manifests[first:]]

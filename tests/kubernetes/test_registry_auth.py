@@ -53,9 +53,13 @@ def test_a_private_image_gets_its_own_pull_secret_made_first_and_deleted_with_it
         "username": "bob", "password": PASSWORD, "auth": base64.b64encode(f"bob:{PASSWORD}".encode()).decode()}}}
     for task in job["spec"]["tasks"]:
         assert task["template"]["spec"]["imagePullSecrets"] == [{"name": name}]
+    watcher = next(o for (kind, _, _), o in fake.objects.items() if kind == "deployments")
+    assert watcher["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE  # the watcher runs it too
+    assert watcher["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": name}]
     posts = [path for method, path, _ in fake.requests if method == "POST"]
-    assert posts.index("/api/v1/namespaces/default/secrets") < next(
-        i for i, p in enumerate(posts) if p.endswith("/jobs"))  # the secret exists before any pod
+    secret_at = posts.index("/api/v1/namespaces/default/secrets")
+    assert secret_at < next(i for i, p in enumerate(posts) if p.endswith("/jobs"))  # the secret exists before any pod
+    assert secret_at < next(i for i, p in enumerate(posts) if p.endswith("/deployments"))
     assert not [n for (kind, _, n), o in fake.objects.items()  # never the trainer's env
                 if kind in ("secrets", "configmaps", "jobs") and "GEOTRAIN_REGISTRY_AUTH" in json.dumps(o)]
     assert PASSWORD not in json.dumps(job)
