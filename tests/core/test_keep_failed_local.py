@@ -80,3 +80,16 @@ def test_a_link_planted_as_kept_is_not_followed(tmp_path):
     run = launch(run_dir, keep=True)
     assert WorkerGroup(run_dir, run, dict(os.environ), RunHistory(run_dir, 2), [], attempt=0).run()[0] == 3
     assert list(elsewhere.iterdir()) == [] and read_kept(run_dir) == []
+
+
+def test_planted_kept_records_are_read_bounded_and_never_through_a_link(tmp_path):
+    """kept/ is in the workers' reach: an exit.json that is a link (here to /dev/zero, endless), a
+    FIFO (an open would wait for a writer) or a huge file is skipped, not read whole."""
+    base = tmp_path / KEPT_DIR
+    for name in ("worker-0.0", "worker-0.1", "worker-0.2", "worker-0.3"):
+        (base / name).mkdir(parents=True)
+    (base / "worker-0.0" / "exit.json").symlink_to("/dev/zero")
+    os.mkfifo(base / "worker-0.1" / "exit.json")
+    (base / "worker-0.2" / "exit.json").write_text(json.dumps({"at": 1.0, "exit_code": 1, "pad": "x" * (1 << 20)}))
+    (base / "worker-0.3" / "exit.json").write_text(json.dumps({"at": 2.0, "exit_code": 2}))
+    assert [(k["name"], k["exit_code"]) for k in read_kept(tmp_path)] == [("worker-0.3", 2)]

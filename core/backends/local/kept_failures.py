@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from core.state.atomic_files import write_atomically
 
 KEPT_DIR = "kept"
 KEPT_LOG_BYTES = 8 << 20
+RECORD_BYTES = 4096  # an exit.json is ~150 bytes
 KEPT_NAME = re.compile(r"(worker-[0-9]{1,6})\.([0-9]{1,6})")
 
 
@@ -50,13 +52,25 @@ def keep_failure(run_dir: Path, name: str, since: int, code: int, how: str, pid:
         try:
             with open(log, "rb") as handle:
                 handle.seek(max(since, log.stat().st_size - KEPT_LOG_BYTES))
-                while chunk := handle.read(1 << 20):
-                    out.write(chunk)
+                out.write(handle.read(KEPT_LOG_BYTES))  # bounded, should the log grow meanwhile
         except OSError:
             pass
     write_atomically(target / "exit.json", json.dumps({
         "worker": name, "exit_code": code, "how": how, "pid": pid, "attempt": attempt, "at": time.time()}))
     return target
+
+
+def _read_small(path: Path) -> bytes:
+    """A record the workers could have replaced: a regular file of at most RECORD_BYTES, never
+    through a link, never waiting on a FIFO (OSError/ValueError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        data = handle.read(RECORD_BYTES + 1)
+    if len(data) > RECORD_BYTES:
+        raise ValueError(f"{path.name} is over {RECORD_BYTES} bytes")
+    return data
 
 
 def read_kept(run_dir: Path) -> list[dict]:
@@ -69,7 +83,7 @@ def read_kept(run_dir: Path) -> list[dict]:
         if not KEPT_NAME.fullmatch(folder.name):
             continue
         try:
-            record = json.loads((folder / "exit.json").read_text()[:4096])
+            record = json.loads(_read_small(folder / "exit.json"))
         except (OSError, ValueError, RecursionError):
             continue
         if isinstance(record, dict) and isinstance(record.get("at"), float) and isinstance(record.get("exit_code"), int):
