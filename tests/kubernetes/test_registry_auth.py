@@ -89,3 +89,11 @@ def test_registry_user_without_a_private_image_or_password_is_refused_in_one_lin
     code, _, err = run(capsys, *DEPLOY, "--image", IMAGE, "--registry-user", "bob")
     assert code == 2 and "USER:PASSWORD" in err and "has space" not in err
     assert registered.jobs() == []
+
+
+def test_a_registry_user_with_a_colon_is_refused_not_split(registered, capsys, monkeypatch):
+    """'bob:x' would have become user bob with password 'x:<password>' (a pull that fails later, in the cluster)."""
+    monkeypatch.setenv("GEOTRAIN_REGISTRY_PASSWORD", PASSWORD)
+    code, _, err = run(capsys, *DEPLOY, "--image", IMAGE, "--registry-user", "bob:x")
+    assert code == 2 and "is not a plain user name" in err and PASSWORD not in err
+    assert registered.jobs() == [] and not [k for k in registered.objects if k[0] == "secrets"]
