@@ -63,6 +63,6 @@ def registry_token(args, image: str | None, cluster_kind: str) -> dict[str, str]
                            f"set {REGISTRY_PASSWORD_ENV}, or run on a terminal to be asked")
     value = f"{args.registry_user}:{password}"
     if check_registry_auth(value)[0] != args.registry_user:  # 'bob:x' would split as user bob
-        raise InvalidInput(f"--registry-user {args.registry_user[:80]!r} is not a plain user name (no ':')",
+        raise InvalidInput("--registry-user is not a plain user name (no ':'; not repeated here: it may hold a password)",
                            "give --registry-user USER and the password in GEOTRAIN_REGISTRY_PASSWORD")
     return {"registry": value}
