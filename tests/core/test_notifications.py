@@ -75,7 +75,7 @@ def hook():
     server.close()
 
 
-def run_supervisor(tmp_path: Path, url: str | None, budget: int, **env) -> tuple[Path, int]:
+def run_supervisor(tmp_path: Path, url: str | None, budget: int, worker: str = WORKER, **env) -> tuple[Path, int]:
     run_dir = tmp_path / "ws-note"
     (run_dir / "logs").mkdir(parents=True)
     secrets = SecretStore(tmp_path / "secrets.json")
@@ -84,7 +84,7 @@ def run_supervisor(tmp_path: Path, url: str | None, budget: int, **env) -> tuple
         secrets.put(secret_ref("ws-note"), url)
     (run_dir / "launch.json").write_text(json.dumps({
         "workspace_id": "ws-note", "mode": "group", "workers": 2, "max_recoveries": budget,
-        "worker_argv": [sys.executable, "-c", WORKER], "env": {"PYTHONUNBUFFERED": "1", **env},
+        "worker_argv": [sys.executable, "-c", worker], "env": {"PYTHONUNBUFFERED": "1", **env},
         "secret_refs": {"WANDB_API_KEY": ref}, "secrets_path": str(tmp_path / "secrets.json")}))
     done = subprocess.run([sys.executable, "-m", "core.backends.local.supervisor", str(run_dir)], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
@@ -107,6 +107,19 @@ def test_recovered_then_completed_reach_the_webhook_and_the_address_stays_secret
     assert TOKEN not in bodies and "T0SECRET" not in bodies
     assert "my key is ***" in (run_dir / "logs" / "worker-1.log").read_text()
     assert leaked(run_dir, hook.url, HOOK_PATH, TOKEN) == []  # logs, history, phase, launch.json
+
+
+def test_the_address_and_a_registry_password_in_the_users_shell_reach_no_worker(tmp_path, hook, monkeypatch):
+    """`workspaces notify` reads the address from GEOTRAIN_NOTIFY_URL and a deploy the registry password
+    from GEOTRAIN_REGISTRY_PASSWORD: a shell that exported them starts the supervisor with them, which
+    must not hand them to the workers (their output is logged and only the tokens are redacted)."""
+    monkeypatch.setenv(URL_ENV, hook.url)
+    monkeypatch.setenv("GEOTRAIN_REGISTRY_PASSWORD", "registry-pw-Secret-77")
+    shows_env = ("import os\nprint(sorted(os.environ.items()), flush=True)\n"
+                 "print('[rank ' + os.environ['RANK'] + '] step 10/10 loss 2.5', flush=True)\n")
+    run_dir, code = run_supervisor(tmp_path, hook.url, budget=0, worker=shows_env)
+    assert code == 0 and "RANK" in (run_dir / "logs" / "worker-0.log").read_text()
+    assert leaked(run_dir, HOOK_PATH, "registry-pw-Secret-77") == []
 
 
 def test_a_run_that_gives_up_sends_failed_with_its_cause(tmp_path, hook):

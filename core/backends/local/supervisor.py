@@ -28,10 +28,14 @@ from core.backends.local.run_history import RunHistory, read_history, read_jsonl
 from core.backends.local.worker_group import WorkerGroup
 from core.backends.local.worker_pool import WorkerPool, pool_environment, recoveries_used
 from core.domain.metric_rows import usable
+from core.domain.notifications import URL_ENV
 from core.state.atomic_files import write_atomically
 from core.state.secret_store import SecretStore
 
 MARKER = "GEOTRAIN_WORKSPACE"
+# Secrets geotrain's own commands read from the user's shell (the webhook address, workspaces notify; a
+# private registry's password, core.cli.deploy_prompts): the shell that started us may hold them, the workers never
+SHELL_SECRETS = (URL_ENV, "GEOTRAIN_REGISTRY_PASSWORD")
 
 
 def workspace_processes(workspace_id: str, exclude: int | None = None) -> list[psutil.Process]:
@@ -65,7 +69,7 @@ def kill_all(processes: list[psutil.Process], grace: float) -> None:
 
 def run(run_dir: Path) -> int:
     launch = json.loads((run_dir / "launch.json").read_text())
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in SHELL_SECRETS}
     env.update(launch["env"])
     store = SecretStore(Path(launch["secrets_path"]))
     values = []
