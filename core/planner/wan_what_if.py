@@ -116,9 +116,9 @@ def exchange_for(preset: dict[str, Any], params: int) -> Exchange:
     data = math.ceil(values * bits / 8)  # the last block's padding is not sent
     if block:
         data += 4 * math.ceil(values / block)  # one fp32 scale per block
-    # a dense block codec with error feedback goes through the quantised reduce-scatter + all-gather;
-    # sparse picks (density < 1, DeMo's indices) and ultra's signs without error feedback all-gather
-    dense = block and density >= 1.0 and not index_bits and preset.get("error_feedback", True) is not False
+    # a dense block codec (with or without error feedback: ultra too, since the recipe protocol) goes through
+    # the quantised reduce-scatter + all-gather; sparse picks (density < 1, DeMo's indices) all-gather
+    dense = block and density >= 1.0 and not index_bits
     return Exchange("quantised_reduce" if dense else "all_gather", data + math.ceil(values * index_bits / 8))
 
 

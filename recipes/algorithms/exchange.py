@@ -89,19 +89,21 @@ class FullPrecisionExchange:
 
 
 class QuantizedExchange(GatheredExchange):
-    """fp8/fp4/1-bit block codec with error feedback. With error feedback and every value sent (every preset
-    but ultra), from 3 ranks the mean goes by quantised reduce-scatter + all-gather, error feedback at both
-    stages (recipes.algorithms.reduce_scatter): 2(N-1)/N of one payload per rank, like DDP's ring all-reduce.
+    """fp8/fp4/1-bit block codec with error feedback. With every value sent (every preset), from 3 ranks the
+    mean goes by quantised reduce-scatter + all-gather, error feedback at both stages where the preset has it
+    (recipes.algorithms.reduce_scatter): 2(N-1)/N of one payload per rank, like DDP's ring all-reduce.
     The mean is quantised twice: on the Markov bench at 4 workers (seed 0) high sent 970,064 bytes per rank
     instead of 1,947,120 and ended at 2.3782 against the all-gather's 2.3764 (entropy floor 2.3492).
     Otherwise payloads are all-gathered and averaged after decoding, N-1 payloads per rank:
     - at 2 ranks (or 1) both send one payload, and the all-gather quantises once where the reduce-scatter
       quantises twice: on the Markov bench (2 workers, seed 0) the reduce-scatter ended medium at 2.3813
       against 2.3798 and high at 2.3829 against 2.3806;
-    - without error feedback (ultra): the reducer's re-encode of the mean would drop what nothing carries to a
-      later sync, a second loss every sync that the preset was not measured with;
     - a shared random subset (diloco.density < 1): its blocks change every sync, so the reduce stage's error
       feedback would have no piece of the vector to stay with from one sync to the next.
+    Without error feedback (ultra) the reducer's re-encode of the mean drops what nothing carries to a later
+    sync, as the hierarchical exchange's WAN stage always did. ultra went by all-gather until the recipe
+    protocol (recipes/bench/RESULTS.md) measured 3.0x the bytes per worker from 2 to 4 workers that way
+    (its target: 1.5x) and the reduce-scatter's loss beside the all-gather's.
     Both ways send the same whole payload (the reduce-scatter cuts it in pieces), so a payload in flight in
     a checkpoint is re-sent whichever way the resumed run goes."""
 
@@ -113,9 +115,9 @@ class QuantizedExchange(GatheredExchange):
         self.syncs = 0  # every rank draws the same subset for the same sync
         self._drawn: dict[int, torch.Tensor] = {}
         self.mean: QuantizedAllReduce | None = None  # the reduce-scatter, where it can be the way
-        if error_feedback and density >= 1.0:
+        if density >= 1.0:
             self.peers = FlatPeers(wire)
-            self.mean = QuantizedAllReduce(numel, bits, block, self.peers, rotate=rotate, seed=seed)
+            self.mean = QuantizedAllReduce(numel, bits, block, self.peers, error_feedback, rotate=rotate, seed=seed)
             self.codec = self.mean.codec
             self.feedback = self.mean.feedback  # stage 1's: what this rank's encodes dropped
         else:
@@ -211,7 +213,8 @@ class QuantizedExchange(GatheredExchange):
             return
         pending.stage = 2
         received = pending.work.parts()
-        self.held = self.mean.reduce_feedback.residual.clone()  # a checkpoint now re-sends from here
+        held = self.mean.reduce_feedback.residual  # a checkpoint now re-sends from here (None: no feedback)
+        self.held = None if held is None else held.clone()
         reduced = self.mean.reduce(received)
         pending.work = self.peers.exchange([reduced] * len(received), self.mean.gather_sizes(), async_op=True)
 

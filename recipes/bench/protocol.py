@@ -177,7 +177,8 @@ def score(args) -> dict:
     tuned = json.loads(args.ddp_from.read_text())["best"] if args.ddp_from else {"lr": None, "warmup": None}
     if args.reuse_ddp:
         before = json.loads(args.reuse_ddp.read_text())
-        if before["protocol"] != json.loads(json.dumps(PROTOCOL)) or before["ddp"] != tuned or before["size"] != args.size:
+        if before["protocol"] != json.loads(json.dumps(PROTOCOL)) or before["ddp"] != tuned or before["size"] != args.size \
+                or before["workers"] != args.workers:
             raise SystemExit(f"--reuse-ddp {args.reuse_ddp}: another protocol, size or DDP tuning; run DDP here")
     ddp_opts = [f"optim.lr={tuned['lr']}", f"optim.warmup_steps={tuned['warmup']}"] if tuned["lr"] else []
     presets = [t for t in PROTOCOL["targets"] if not args.presets or t[0] in args.presets]
@@ -212,7 +213,7 @@ def bytes_growth(args) -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="geotrain-protocol-") as tmp:
         write_corpus(Path(tmp) / "corpus", 4)
-        for name in ("none", "low", "medium", "high", "ultra"):
+        for name in args.presets or ("none", "low", "medium", "high", "ultra"):
             short = [] if name == "none" else ["diloco.inner_steps=4"]
             sent = {w: run(f"{name}-w{w}", [f"gradient_compression={name}", "seed=0", "steps=8",
                                             "logging.eval_every=0", *short], w, Path(tmp), args.device,

@@ -291,3 +291,36 @@ def test_overlapped_diloco_lands_the_two_stages_in_one_order_on_every_rank(tmp_p
     assert all(math.isfinite(v) for v in ranks[0][0])
     for weights, sent, expected in ranks:
         assert sent == expected
+
+
+def _without_feedback(rank: int) -> dict:
+    """ultra's exchange (error feedback off): each round's mean on its own, quantised twice from 3 ranks."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    wire = Wire(world)
+    ex = QuantizedExchange(NUMEL, 1, 256, wire, error_feedback=False, seed=5, rotate=True)
+    gen = torch.Generator().manual_seed(300 + rank)
+    worst, identical = 0.0, True
+    for r in range(ROUNDS):
+        x = torch.randn(NUMEL, generator=gen) * (1 + r % 3)
+        pending = ex.start(x, async_op=bool(r % 2))
+        out = ex.finish(pending)
+        same, error, amax = against_fp32_mean(x, out)
+        identical, worst = identical and same, max(worst, error / amax)
+    state = ex.state_dict()
+    return {"identical": identical, "worst": worst, "bytes": wire.bytes_sent, "payload": ex.codec.payload_bytes(NUMEL),
+            "held": [k for k in ("residual", "reduce_residual") if state.get(k) is not None],
+            "reduces": ex._reduces()}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_ultras_exchange_without_error_feedback_sends_2_n_minus_1_over_n_payloads(world, tmp_path):
+    rows = gloo_ranks(_without_feedback, tmp_path, world)
+    for row in rows:
+        assert row["identical"] and row["held"] == [] and row["reduces"] == (world > 2), row
+        # nothing carried between rounds: every round is off by its own two quantisations at most
+        assert 0 < row["worst"] <= BOUND[1], row
+    # all ranks together 2(N-1) payloads a round (from 3 ranks the reduce-scatter; at 2 the all-gather, N-1 = 1)
+    assert sum(row["bytes"] for row in rows) == ROUNDS * 2 * (world - 1) * rows[0]["payload"]
