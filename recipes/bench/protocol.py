@@ -146,9 +146,9 @@ def run(label: str, overrides: list[str], workers: int, folder: Path, device: st
 def tune(args) -> dict:
     """DDP's sweep on the tuning seed: the best (lr, warmup) by held-out loss at N steps."""
     n, seed = PROTOCOL["ddp_steps"], PROTOCOL["tuning_seeds"][0]
-    import yaml
+    from recipes.config import safe_yaml
 
-    shipped = yaml.safe_load((REPO / "recipes" / "configs" / PROTOCOL["model"] / f"{args.size}.yaml").read_text())
+    shipped = safe_yaml((REPO / "recipes" / "configs" / PROTOCOL["model"] / f"{args.size}.yaml").read_text())
     runs = {}
     with tempfile.TemporaryDirectory(prefix="geotrain-protocol-") as tmp:
         corpus = write_corpus(Path(tmp) / "corpus", args.workers)
