@@ -113,6 +113,16 @@ async def deploy_form(pilot) -> None:
     await until(pilot, lambda: "Planner:" in str(pilot.app.screen.query_one("#plan").render()), 30)
 
 
+async def deploy_custom(pilot) -> None:
+    """The deploy form for your own code (issue 42): template custom-training, its command and directory."""
+    await deploy_form(pilot)
+    form = pilot.app.screen
+    form.query_one("#template", Select).value = "custom-training"
+    await until(pilot, lambda: form.query_one("#custom-row").display)
+    form.query_one("#command", Input).value = "python train.py --epochs 1"
+    form.query_one("#workdir", Input).value = "~/projects/my-model"
+
+
 async def deploy_requirements(pilot) -> None:
     """The deploy form refusing a malformed W&B key: the requirements table, nothing submitted."""
     await deploy_form(pilot)
@@ -247,6 +257,7 @@ VIEWS = {
     "delete-confirm": delete_confirm,
     "export-prompt": export_prompt,
     "deploy-form": deploy_form,
+    "deploy-custom": deploy_custom,
     "deploy-requirements": deploy_requirements,
     "config-editor-error": config_editor_error,
     "nodes": nodes,
