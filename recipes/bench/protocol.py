@@ -5,6 +5,7 @@
     python -m recipes.bench.protocol score --workers 4 --ddp-from tune-w4.json --json score-w4.json
     python -m recipes.bench.protocol bytes                                       # bytes/rank, 2 vs 4 workers
     python -m recipes.bench.protocol score --datacenters 2 --presets high ultra  # 2 datacenters x 2 workers
+    python -m recipes.bench.protocol score --elastic --presets high ultra        # as local deploys DiLoCo
     python -m recipes.bench.protocol score --device cuda --size 125m ...         # the GPU run (>= 20M)
 
 The rules, in code below (PROTOCOL) and in recipes/bench/RESULTS.md:
@@ -106,7 +107,8 @@ def check_no_repeat(corpus: dict, steps: int) -> None:
                          f"{corpus['least_rank_bytes']:,}: the protocol never reads text twice; run fewer steps")
 
 
-def run(label: str, overrides: list[str], workers: int, folder: Path, device: str, size: str) -> dict:
+def run(label: str, overrides: list[str], workers: int, folder: Path, device: str, size: str,
+        elastic: bool = False) -> dict:
     """One real run of the shipped config on `workers` local ranks; result.json plus wall time."""
     config = REPO / "recipes" / "configs" / PROTOCOL["model"] / f"{size}.yaml"
     out = folder / label
@@ -122,6 +124,11 @@ def run(label: str, overrides: list[str], workers: int, folder: Path, device: st
         import torch
 
         devices = ["device=cuda", f"dist.backend={'nccl' if torch.cuda.device_count() >= workers else 'gloo'}"]
+    if elastic:  # as the local cluster runs DiLoCo: per-outer-step quorums in a private FileStore
+        from recipes.private_store import ELASTIC_STORE_ENV
+
+        env.update({ELASTIC_STORE_ENV: str(Path(tempfile.mkdtemp(prefix="geotrain-elastic-")) / "store"),
+                    "GEOTRAIN_ELASTIC_GEN": "0"})
     start = time.perf_counter()
     proc = run_ranks(["--config", str(config), *data, *quiet, *devices, *overrides, f"out_dir={out}"],
                      workers, env, REPO)
@@ -199,9 +206,10 @@ def score(args) -> dict:
                 steps = round(factor * n)
                 methods[name] = run(f"s{seed}-{name}", [f"gradient_compression={name}", f"seed={seed}",
                                                         f"steps={steps}", *where], args.workers, Path(tmp), args.device,
-                                    args.size)
+                                    args.size, elastic=args.elastic)
             per_seed.append({"seed": seed, "methods": methods})
     return {"protocol": PROTOCOL, "kind": "score", "workers": args.workers, "datacenters": args.datacenters,
+            "elastic": args.elastic,
             "device": args.device,
             "size": args.size, "ddp": tuned, "corpus": corpus, "seeds": seeds, "runs": per_seed,
             "summary": summarise(per_seed, presets, n)}
@@ -297,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", nargs="+", help="a subset of the presets to score")
     parser.add_argument("--ddp-from", type=Path, help="the tune report whose best DDP is the baseline")
     parser.add_argument("--datacenters", type=int, default=1, help="score: the presets across K datacenters")
+    parser.add_argument("--elastic", action="store_true", help="score: the presets in elastic mode (how the local "
+                                                                 "cluster runs DiLoCo: a quorum per outer step)")
     parser.add_argument("--reuse-ddp", type=Path, help="score: DDP's runs of these seeds from an earlier score "
                                                        "report of the same protocol and tuned DDP")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
