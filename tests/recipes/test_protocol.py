@@ -40,7 +40,7 @@ def test_no_run_of_the_protocol_reads_a_workers_text_twice(tmp_path):
 
 def test_scores_never_come_from_a_tuning_seed(tmp_path):
     args = argparse.Namespace(ddp_from=None, presets=["medium"], seeds=[2, 100], workers=4, device="cpu",
-                              size="small", datacenters=1)
+                              size="small", datacenters=1, reuse_ddp=None, elastic=False)
     with pytest.raises(SystemExit, match="seeds 0-3 tune"):
         protocol.score(args)
 
