@@ -39,8 +39,7 @@ from core.kubernetes.pod_logs import CONTAINER, JobLogs, container_status, progr
 from core.kubernetes.admission import admission_errors
 from core.kubernetes.failed_pods import keep_failed_pods
 from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, events_by_pod, init_log_wanted,
-                                        master_exit_code, pod_phase, unschedulable_message,
-                                        worker_detail)
+                                        master_exit_code, pod_phase, unschedulable_message, worker_detail)
 from core.domain.run_events import combine, one_line
 
 METRICS_TAIL_LINES = 2000
@@ -52,10 +51,8 @@ EVENT_LIMIT = 1000  # pod events read per poll: a busy namespace's list stays bo
 TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.CoreV1Api, "config_map"),
                "PersistentVolumeClaim": (client.CoreV1Api, "persistent_volume_claim"),
                "NetworkPolicy": (client.NetworkingV1Api, "network_policy"),
-               "ServiceAccount": (client.CoreV1Api, "service_account"),
-               "Role": (client.RbacAuthorizationV1Api, "role"),
-               "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"),
-               "Deployment": (client.AppsV1Api, "deployment")}
+               "ServiceAccount": (client.CoreV1Api, "service_account"), "Role": (client.RbacAuthorizationV1Api, "role"),
+               "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"), "Deployment": (client.AppsV1Api, "deployment")}
 # The watcher's objects (core.kubernetes.watcher_manifests), deleted after the Job in this order.
 WATCHER_KINDS = ("Deployment", "RoleBinding", "Role", "ServiceAccount")
 
