@@ -104,8 +104,11 @@ class DeployScreen(GeotrainScreen):
 
     @on(Select.Changed, "#template")
     def _template_changed(self, event: Select.Changed) -> None:
-        """custom-training: your command and directory (model and size are your script's own)."""
-        self.query_one("#custom-row").display = event.value == CUSTOM_TRAINING
+        """custom-training: your command and directory (model and size are your script's own: not shown)."""
+        custom = event.value == CUSTOM_TRAINING
+        self.query_one("#custom-row").display = custom
+        for field in ("#model", "#size"):
+            self.query_one(field).parent.display = not custom
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="choices", name="Loading choices")
     def _load_choices(self) -> None:
