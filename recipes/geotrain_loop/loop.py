@@ -14,6 +14,7 @@ same preset table and config keys, so bytes and updates match a catalog run step
 
 from __future__ import annotations
 
+import atexit
 import os
 import time
 from pathlib import Path
@@ -92,6 +93,9 @@ def join(dist_keys: dict | None = None, device: str = "auto"):
     workspace a FileStore in the run's private directory, in a pod torchrun's agent store; a group the
     script already made is used as it is. Returns who this process is (rank, world_size, device)."""
     schema = load("schema")
+    # the group goes down before the interpreter does: left to exit, gloo's threads can abort the process
+    # ("terminate called without an active exception") after the script's last line, seen under load
+    atexit.register(_distributed.teardown)
     return _distributed.setup(schema.DistConfig(**(dist_keys or {})), device)
 
 

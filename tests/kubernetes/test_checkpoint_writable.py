@@ -69,7 +69,8 @@ def base():
     (path / "work" / "recipes").mkdir(parents=True)
     (path / "work" / "recipes" / "__init__.py").write_text("")
     (path / "work" / "recipes" / "train.py").write_text(STAND_IN_TRAIN)
-    shutil.copy(REPO / "recipes" / "telemetry.py", path / "work" / "recipes")  # the store's one import of the image's
+    for module in ("telemetry.py", "wandb_artifacts.py"):  # the store's imports of the image's recipes
+        shutil.copy(REPO / "recipes" / module, path / "work" / "recipes")
     (path / "stash").mkdir()
     for sub in ("work", "work/recipes"):
         (path / sub).chmod(0o777)  # the image's working directory is the user's
