@@ -65,8 +65,8 @@ def last_step(run_dir: Path, worker: int) -> int:
 
 
 def wait_for(predicate, timeout: float, what: str, poll: float = 0.2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value

@@ -26,6 +26,7 @@ import pytest
 from core.backends.local.supervisor import workspace_processes
 from core.workspaces import DeployRequest, WorkspaceService
 from tests import testhosts
+from tests.faults.faults import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = re.compile(r"\bstep\s+(\d+)")
@@ -53,16 +54,6 @@ def _listening(pids: list[int]) -> set[tuple[str, int]]:
     return found
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_the_attack_runs_code_through_torchrun_standalone(tmp_path):
     """The control: the attack is real against what local workspaces used to run."""
     script = tmp_path / "wait.py"
@@ -80,7 +71,7 @@ def test_the_attack_runs_code_through_torchrun_standalone(tmp_path):
             for _, port in ports:
                 _attack("127.0.0.1", port, marker)
             return marker.exists()
-        _wait_for(attacked, 60, "the planted pickle to run")
+        wait_for(attacked, 60, "the planted pickle to run")
         wildcard = [ip for ip, _ in seen if not ipaddress.ip_address(ip).is_loopback]
         assert wildcard, "torchrun's store listened on loopback only: the control no longer holds"
     finally:
@@ -146,7 +137,7 @@ def test_no_port_or_store_of_a_local_workspace_is_reachable(geotrain_home, tmp_p
         def sockets() -> bool:  # the elastic pool's groups live for one outer step: sample a while
             seen.update(_listening([p.pid for p in workspace_processes(ws.id)]))
             return len(seen) >= 2 and _last_step(run_dir) >= 0
-        _wait_for(sockets, 240, "the workers' collectives to listen and training to start")
+        wait_for(sockets, 240, "the workers' collectives to listen and training to start")
         assert all(ipaddress.ip_address(ip).is_loopback for ip, _ in seen), seen
 
         with socket.create_server(("0.0.0.0", 0)) as wide:  # the probe does reach a port that is open
@@ -169,7 +160,7 @@ def test_no_port_or_store_of_a_local_workspace_is_reachable(geotrain_home, tmp_p
             assert denied.returncode != 0 and "Permission denied" in denied.stderr, (attempt, denied)
 
         before = _last_step(run_dir)
-        _wait_for(lambda: _last_step(run_dir) > before, 120, "training to go on after the attacks")
+        wait_for(lambda: _last_step(run_dir) > before, 120, "training to go on after the attacks")
         assert service.status(ws.id).status == "RUNNING"
     finally:
         service.delete(ws.id)

@@ -28,6 +28,7 @@ from core.kubernetes.manifests import render_manifests
 from core.kubernetes.network_policy import WATCHER_LABEL
 from core.kubernetes.pod_security import violations
 from core.bootstrap import versions
+from tests.faults.faults import wait_for
 from tests.kubernetes.conftest import HETEROGENEOUS, job_validator, make_spec  # noqa: F401 (fixture)
 from tests.kubernetes.conftest import fake, kubeconfig, write_kubeconfig  # noqa: F401 (fixtures)
 
@@ -102,17 +103,6 @@ def _allowed(rules: list[dict], method: str, path: str) -> bool:
                for r in rules)
 
 
-def _wait(check, what: str, timeout_s: float = 60.0):
-    """Poll until `check()` is truthy (what the watcher does takes a poll or two)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"gave up waiting for {what}")
-
-
 def _geotrain(*argv: str) -> subprocess.CompletedProcess:
     """The user's geotrain, as its own process that ends."""
     return subprocess.run([sys.executable, "-m", "core.cli", *argv], capture_output=True, text=True,
@@ -126,7 +116,7 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
     # a process with the CLI's command line and this home (a stand-in for a CLI left running): the check sees it
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "core.cli"], cwd=REPO)
     try:
-        assert _wait(lambda: _geotrain_processes(os.environ["GEOTRAIN_HOME"]), "the check to see one", 30)
+        assert wait_for(lambda: _geotrain_processes(os.environ["GEOTRAIN_HOME"]), 30, "the check to see one", 0.05)
     finally:
         alive.kill()
         alive.wait()
@@ -154,16 +144,17 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
                                stderr=subprocess.STDOUT, text=True)
     try:
         assert _geotrain_processes(os.environ["GEOTRAIN_HOME"]) == []  # the user's machine is "closed"
-        _wait(lambda: json.loads(fake.objects[("configmaps", "default", f"{job}-history")]["data"]
-                                 ["watcher.json"]).get("running") == 2, "the watcher's first look")
+        wait_for(lambda: json.loads(fake.objects[("configmaps", "default", f"{job}-history")]["data"]
+                                    ["watcher.json"]).get("running") == 2, 60, "the watcher's first look", 0.05)
 
         fake.write_log(master, b"[rank 0] step 12/20 loss 2.1000 lr 1.00e-03 outer 1 sent 0.1MB 5.0ms/step\n")
         fake.end_container(worker, 137, reason="Error")  # the node took the worker down
-        replaced = _wait(lambda: (p := fake.objects.get(("pods", "default", worker)))
-                         and p["metadata"]["uid"] != first[worker] and p, "the replacement pod")
+        replaced = wait_for(lambda: (p := fake.objects.get(("pods", "default", worker)))
+                            and p["metadata"]["uid"] != first[worker] and p, 60, "the replacement pod", 0.05)
         fake.start_container(worker)  # kubelet starts it; its rank resumes from the step-8 checkpoint
         fake.write_log(worker, b'geotrain-event {"kind": "resumed", "at": 1.0, "rank": 1, "step": 8}\n')
-        _wait(lambda: any(e["kind"] == "recovered" for e in _history_of(fake, job)), "the recovery written down")
+        wait_for(lambda: any(e["kind"] == "recovered" for e in _history_of(fake, job)), 60, "the recovery written down",
+                 0.05)
         assert watcher.poll() is None  # still watching
     finally:
         watcher.terminate()
