@@ -115,17 +115,24 @@ class ArtifactMirror:
             return False
 
     def listed(self, rank: int) -> list[tuple[int, str]]:
-        """(step, version) of this rank's complete versions, newest step first (what else a version
-        holds is refused when it is downloaded)."""
+        """(step, version) of this rank's complete versions, newest step first. A version listing any
+        file besides the two is refused here, before anything of it is downloaded (a planted file of
+        any size would otherwise land on the node's disk first); what a download holds is checked again."""
         wanted = {f"rank_{rank}.pt", f"rank_{rank}.json"}
         found = []
         for entry in self.backend.versions(self.name(rank)):
             meta = entry.get("metadata") or {}
             step = meta.get("step")
-            if (entry.get("state") == "COMMITTED" and meta.get("rank") == rank and isinstance(step, int)
+            if not (entry.get("state") == "COMMITTED" and meta.get("rank") == rank and isinstance(step, int)
                     and not isinstance(step, bool) and step >= 0 and isinstance(meta.get("sha256"), str)
                     and SHA256.fullmatch(meta["sha256"]) and wanted <= set(entry.get("files") or [])):
-                found.append((step, str(entry["version"])))
+                continue
+            extra = sorted(set(entry["files"]) - wanted)
+            if extra:
+                _warn(f"W&B artifact {self.name(rank)}:{str(entry['version'])[:40]} (step {step}) is refused: it "
+                      f"holds {', '.join(map(str, extra[:3]))[:200]}, not just {' and '.join(sorted(wanted))}: skipped")
+                continue
+            found.append((step, str(entry["version"])))
         return sorted(found, reverse=True)
 
     def restore(self, root: Path, rank: int, newer_than: int | None,

@@ -94,7 +94,7 @@ def import_phase(ctx: DeployContext, target: NodeTarget) -> str:
         remote = f"{REMOTE_DIR}/{path.name}"
         target.session.change(f"mkdir -p -m 700 {REMOTE_DIR}", what="creating the image dir")
         target.session.put(remote, path, mode=0o600)
-        target.session.change(f"{CTR} images import --platform linux/{arch} {shlex.quote(remote)}"
+        target.session.change(f"{CTR} images import --platform {shlex.quote('linux/' + arch)} {shlex.quote(remote)}"
                               f" && rm -f {shlex.quote(remote)}", timeout=3600,
                               what=f"importing {', '.join(refs)}")
         imported += refs

@@ -28,6 +28,7 @@ class ArtifactsStandIn:
 
     def __init__(self) -> None:
         self.store: dict[str, list[dict]] = {}
+        self.downloaded: list[tuple[str, str]] = []  # (name, version) in the order asked
 
     def publish(self, name: str, files: list[Path], metadata: dict, alias: str) -> None:
         self.plant(name, {p.name: p.read_bytes() for p in files}, metadata)
@@ -42,6 +43,7 @@ class ArtifactsStandIn:
 
     def download(self, name: str, version: str, dest: Path) -> Path:
         (found,) = [v for v in self.store[name] if v["version"] == version]
+        self.downloaded.append((name, version))
         for file, data in found["files"].items():
             (dest / file).write_bytes(data)
         return dest
@@ -98,7 +100,7 @@ def test_saved_listed_and_restored_newest_complete_first_planted_ones_refused(tm
                    _manifest(60, bad))  # a pickle that would run code, its sha256 honest
     stand_in.plant(name, {"rank_0.pt": bad, "rank_0.json": json.dumps(_manifest(70, good)).encode()},
                    _manifest(70, good))  # the file is not the one its manifest names
-    assert [step for step, _ in mirror.listed(0)] == [70, 60, 50, 30, 20, 10]  # newest first, 40 left out
+    assert [step for step, _ in mirror.listed(0)] == [70, 60, 30, 20, 10]  # newest first; 40 incomplete, 50 refused at listing
 
     node_b = _store(tmp_path / "b", mirror)  # a new node: nothing on disk
     capsys.readouterr()
@@ -106,8 +108,10 @@ def test_saved_listed_and_restored_newest_complete_first_planted_ones_refused(tm
     warned = capsys.readouterr().err
     assert "step 70) is refused: the checkpoint does not match the sha256 in its manifest" in warned
     assert "step 60) is refused: it would build objects a checkpoint may not hold" in warned
-    assert "step 50) is refused: it holds model.pkl, not just rank_0.json and rank_0.pt" in warned
+    assert "step 50) is refused: it holds model.pkl, not just rank_0.json and rank_0.pt: skipped" in warned
     assert not canary.exists()  # nothing planted ran
+    (v50,) = [v["version"] for v in stand_in.store[name] if v["metadata"]["step"] == 50]
+    assert (name, v50) not in stand_in.downloaded and (name, "v2") in stand_in.downloaded  # step 50 never fetched
     assert torch.equal(node_b.load(30)["model"]["w"], torch.full((4,), 30.0))
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["step_00000030"]  # no leftovers
     data_path, manifest_path = rank_files(node_b.root, 30, 0)
