@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from core.state.secret_store import SecretStore
 from tests.tui import states
 from tests.tui.test_worker_processes import TOKEN, prepare
 
@@ -44,6 +45,17 @@ def test_pods_and_shell_from_the_command_line(geotrain_home, tmp_path):
         ended = cli("shell", states.RUNNING_ID, "--rank", "0", SHELL=str(shell))  # not running: as launched
         got = json.loads(said.read_text())
         assert "not running" in ended.stderr and got["env"]["RANK"] == "0" and got["env"]["WANDB_API_KEY"] == TOKEN
+        said.unlink()
+        other = SecretStore().put("ws-other/hf", "hf_other_workspace_token")  # another workspace's token
+        launch = json.loads((run_dir / "launch.json").read_text())
+        launch["secret_refs"]["HF_TOKEN"] = other  # planted by a worker: the run dir is in its reach
+        launch["env"].update({"LD_PRELOAD": "/tmp/planted.so", "BASH_ENV": "/tmp/planted.sh"})
+        launch["secrets_path"] = str(tmp_path / "elsewhere.json")
+        (run_dir / "launch.json").write_text(json.dumps(launch))
+        cli("shell", states.RUNNING_ID, "--rank", "0", SHELL=str(shell))
+        got = json.loads(said.read_text())["env"]
+        assert got["WANDB_API_KEY"] == TOKEN and "HF_TOKEN" not in got  # its own token, not the planted one
+        assert got.get("LD_PRELOAD") != "/tmp/planted.so" and got.get("BASH_ENV") != "/tmp/planted.sh"
         said.unlink()
         wrong = cli("shell", states.RUNNING_ID, "--rank", "7", SHELL=str(shell))
         assert wrong.returncode != 0 and len(wrong.stderr.strip().splitlines()) == 1

@@ -38,7 +38,7 @@ def prepare(home, tmp_path):
     """The running workspace as the supervisor leaves it: launch.json with its token's reference,
     workers.json naming worker-1's pid, a recovery of worker-1 in its history."""
     run_dir = home / "workspaces" / states.RUNNING_ID
-    ref = SecretStore().put(f"workspace/{states.RUNNING_ID}/wandb", TOKEN)
+    ref = SecretStore().put(f"{states.RUNNING_ID}/wandb", TOKEN)  # as core.workspaces names it
     (run_dir / "launch.json").write_text(json.dumps({
         "workspace_id": states.RUNNING_ID, "workers": 2, "env": {"PYTHONUNBUFFERED": "1"},
         "secret_refs": {"WANDB_API_KEY": ref}, "secrets_path": str(paths.secrets_path())}))

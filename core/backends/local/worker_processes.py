@@ -154,7 +154,7 @@ def worker_shell(run_dir: Path, workspace_id: str, rank: int, shell: str) -> She
     workspace does not take the shell for one of its workers."""
     if not (run_dir / "launch.json").exists():
         raise NotFound(f"workspace {workspace_id!r} has no files on this machine")
-    launch = json.loads((run_dir / "launch.json").read_text())
+    launch = _launch(run_dir, workspace_id)
     workers = int(launch.get("workers", 1))
     if not 0 <= rank < workers:
         raise InvalidInput(f"--rank {rank} is not a worker of {workspace_id} (it has ranks 0-{workers - 1})",
@@ -168,7 +168,7 @@ def worker_shell(run_dir: Path, workspace_id: str, rank: int, shell: str) -> She
         except psutil.Error:
             proc = None
     if proc is None:
-        env, cwd, how = _launched_env(launch, rank), str(run_dir), "not running: as it was launched"
+        env, cwd, how = _launched_env(launch, rank, workspace_id), str(run_dir), "not running: as it was launched"
     env = {k: v for k, v in env.items() if k != MARKER}
     for var in ("TERM", "COLORTERM", "LANG", "HOME", "USER"):  # this terminal's, where the worker had none
         if var in os.environ and var not in env:
@@ -177,16 +177,40 @@ def worker_shell(run_dir: Path, workspace_id: str, rank: int, shell: str) -> She
     return ShellTarget([shell], env, cwd, f"worker-{rank} of {workspace_id} ({how})")
 
 
-def _launched_env(launch: dict, rank: int) -> dict[str, str]:
+LAUNCH_BYTES = 1 << 20  # the supervisor's launch.json is a few KiB
+# what the backend puts in a worker's environment (core.backends.local.backend._env): launch.json
+# is in the workers' reach, so a shell on an ended rank takes only these from it, never a loader or
+# shell start-up variable (LD_PRELOAD, BASH_ENV) planted there
+LAUNCHED_VARS = ("PYTHONUNBUFFERED", "PYTHONPATH", "WANDB_MODE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def _launch(run_dir: Path, workspace_id: str) -> dict:
+    try:
+        with open(run_dir / "launch.json", "rb") as fh:
+            launch = json.loads(fh.read(LAUNCH_BYTES + 1)[:LAUNCH_BYTES])
+    except (OSError, ValueError, RecursionError):
+        launch = None
+    if not isinstance(launch, dict):
+        raise InvalidInput(f"workspace {workspace_id!r}'s launch.json is unreadable",
+                           f"delete the workspace with `geotrain workspaces delete {workspace_id}`")
+    return launch
+
+
+def _launched_env(launch: dict, rank: int, workspace_id: str) -> dict[str, str]:
+    from core.state import paths
     from core.state.secret_store import SecretStore
 
     env = dict(os.environ)
-    env.update({k: str(v) for k, v in (launch.get("env") or {}).items()})
+    saved = launch.get("env") if isinstance(launch.get("env"), dict) else {}
+    env.update({k: str(v) for k, v in saved.items() if k in LAUNCHED_VARS or k.startswith("GEOTRAIN_")})
     env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(launch.get("workers", 1)),
                 "LOCAL_WORLD_SIZE": str(launch.get("workers", 1)), "GROUP_RANK": "0"})
-    store = SecretStore(Path(launch["secrets_path"]))
-    for var, ref in (launch.get("secret_refs") or {}).items():
-        value = store.get(ref)
-        if value:
-            env[var] = value
+    store = SecretStore(paths.secrets_path())  # geotrain's own store, never a path the file names
+    refs = launch.get("secret_refs") if isinstance(launch.get("secret_refs"), dict) else {}
+    for var in SECRET_VARS:  # this workspace's own tokens only (core.workspaces stores "<id>/<token>")
+        ref = refs.get(var)
+        if isinstance(ref, str) and ref.startswith(f"{workspace_id}/") and ref.count("/") == 1:
+            value = store.get(ref)
+            if value:
+                env[var] = value
     return env
