@@ -61,6 +61,13 @@ def register(groups) -> None:
     p.add_argument("name", complete="node")
     p.set_defaults(handler=cmd_remove)
 
+    for verb, doing in (("cordon", "keep new pods off a node (Kubernetes/k3s clusters; running pods stay)"),
+                        ("uncordon", "let pods be scheduled on a cordoned node again")):
+        p = nodes.add_parser(verb, help=doing)
+        p.add_argument("name", help="the node's name in its cluster")
+        p.add_argument("--cluster", complete="cluster", help="its cluster (default: the one cluster listing it)")
+        p.set_defaults(handler=cmd_cordon if verb == "cordon" else cmd_uncordon)
+
 
 def _common_import_args(p) -> None:
     p.add_argument("--jump", metavar="[USER@]HOST[:PORT]", help="reach the server through this host")
@@ -176,3 +183,15 @@ def cmd_remove(args) -> int:
     node = NodePool().remove(args.name)
     print(f"removed node {node.name} from the pool (the server itself was not changed)")
     return 0
+
+
+def cmd_cordon(args, cordon: bool = True) -> int:
+    from core.kubernetes.cordon import set_cordon
+    from core.state.store import Store
+
+    print(set_cordon(Store(), args.name, cordon, args.cluster).sentence())
+    return 0
+
+
+def cmd_uncordon(args) -> int:
+    return cmd_cordon(args, cordon=False)

@@ -68,6 +68,7 @@ class FakeKubeAPI:
         self.exec_output: dict[str, Iterable[bytes]] = {}  # pod -> the stdout chunks its exec writes
         self.execs: list[tuple[str, dict[str, list[str]]]] = []  # (pod, query) of each exec
         self.exec_sent: dict[str, int] = {}  # pod -> stdout bytes sent before the stream ended
+        self.patches: list[tuple[str, str, object]] = []  # (node, Content-Type, body) of each Node PATCH
         # Volcano's syncJob makes a job's deleted pod again (same name, new uid, Pending); on for the
         # watcher's tests, where nothing else plays the controller
         self.replace_deleted_pods = False
@@ -359,6 +360,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._discovery()
         if path in CLUSTER_LISTS:
             return self._cluster_list(*CLUSTER_LISTS[path])
+        node = re.fullmatch(r"/api/v1/nodes/([^/]+)", path)
+        if node and method in ("GET", "PATCH"):
+            return self._node(method, node[1])
         namespace = re.fullmatch(r"/api/v1/namespaces/([^/]+)", path)
         if namespace and method == "GET":
             return self._namespace(namespace[1])
@@ -387,6 +391,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._route("PUT")
 
+    def do_PATCH(self) -> None:
+        self._route("PATCH")
+
     # API ---------------------------------------------------------------------------
     def _discovery(self) -> None:
         if not self.fake.volcano_installed:
@@ -403,6 +410,26 @@ class _Handler(BaseHTTPRequestHandler):
                                            f'User "dev" cannot list resource "{res}" in API group "{group}" at the '
                                            "cluster scope"))
         self._send(200, {"kind": kind, "apiVersion": version, "metadata": {}, "items": getattr(self.fake, res)})
+
+    def _node(self, method: str, name: str) -> None:
+        """GET or PATCH one Node (`kubectl cordon`'s strategic merge patch of spec: a null removes the field).
+        The list is replaced, never changed in place: tests share their NODES."""
+        found = [n for n in self.fake.nodes if n["metadata"]["name"] == name]
+        if not found:
+            return self._send(404, _status(404, "NotFound", f'nodes "{name}" not found'))
+        if method == "GET":
+            return self._send(200, {"kind": "Node", "apiVersion": "v1", **found[0]})
+        kind = self.headers.get("Content-Type", "")
+        self.fake.patches.append((name, kind, self.body))
+        if kind not in ("application/strategic-merge-patch+json", "application/merge-patch+json"):
+            return self._send(415, _status(415, "UnsupportedMediaType", f"the server does not support {kind!r}"))
+        if not isinstance(self.body, dict) or set(self.body) - {"spec"}:
+            return self._send(422, _status(422, "Invalid", "the stand-in patches only a Node's spec"))
+        spec = {**(found[0].get("spec") or {}), **(self.body.get("spec") or {})}
+        patched = {**found[0], "spec": {k: v for k, v in spec.items() if v is not None}}
+        with self.fake.cond:
+            self.fake.nodes = [patched if n is found[0] else n for n in self.fake.nodes]
+        self._send(200, {"kind": "Node", "apiVersion": "v1", **patched})
 
     def _namespace(self, name: str) -> None:
         """GET one namespace: its labels carry the Pod Security levels."""
