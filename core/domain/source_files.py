@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from core.domain.limits import DELIVERY_FILE_BYTES, DELIVERY_TOTAL_BYTES
+from core.domain.terminal_text import printable
+from core.errors import InvalidInput
 
 
 def bounded_files(root: Path, suffixes: tuple[str, ...], refuse_file: Callable[[Path, int], Exception],
@@ -32,3 +34,22 @@ def bounded_files(root: Path, suffixes: tuple[str, ...], refuse_file: Callable[[
                 raise refuse_total()
             found.append(full)
     return found
+
+
+def read_shipped(full: Path, hint: str) -> str:
+    """A file bounded_files listed, as UTF-8 text (UnicodeDecodeError for other bytes): opened without
+    following a link and read to at most DELIVERY_FILE_BYTES, so a file swapped for a link, a pipe or
+    a larger file after the listing is refused in one line, not read through."""
+    changed = InvalidInput(f"{printable(str(full))} changed while geotrain read it (now a link, not a plain "
+                           f"file, or over {DELIVERY_FILE_BYTES >> 10} KiB)", hint)
+    try:
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        raise changed from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise changed
+        data = fh.read(DELIVERY_FILE_BYTES + 1)
+    if len(data) > DELIVERY_FILE_BYTES:
+        raise changed
+    return data.decode("utf-8")

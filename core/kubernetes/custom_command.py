@@ -17,6 +17,7 @@ from typing import Any
 
 from core.domain.custom_training import CUSTOM_TRAINING, command_env, workdir_files
 from core.domain.records import WorkspaceSpec
+from core.domain.source_files import read_shipped
 from core.domain.terminal_text import printable
 from core.errors import InvalidInput
 from core.kubernetes import recipes_delivery as delivery
@@ -52,7 +53,7 @@ def workdir_sources(spec: WorkspaceSpec) -> list[delivery.SourceFile]:
     found = []
     for rel, full in workdir_files(Path(spec.workdir)):
         try:
-            found.append(delivery.SourceFile(rel, full.read_text(encoding="utf-8")))
+            found.append(delivery.SourceFile(rel, read_shipped(full, "leave the workdir alone while deploying")))
         except UnicodeDecodeError:
             raise InvalidInput(f"{printable(str(full))} is not UTF-8 text",
                                "fix or remove the file, or bake the workdir into --image") from None

@@ -38,7 +38,7 @@ from typing import Any
 
 from core.domain.limits import DELIVERY_FILE_BYTES, DELIVERY_TOTAL_BYTES
 from core.domain.recovery import check_host_path
-from core.domain.source_files import bounded_files
+from core.domain.source_files import bounded_files, read_shipped
 from core.errors import FieldError, InvalidInput
 from core.kubernetes.pod_security import POD_SECURITY_KEY
 
@@ -125,7 +125,7 @@ def recipes_files(root: Path | None = None) -> list[SourceFile]:
     found = []
     for full in files:
         try:
-            text = full.read_text(encoding="utf-8")
+            text = read_shipped(full, "leave the recipes package alone while deploying")
         except UnicodeDecodeError:
             raise InvalidInput(f"recipes file {full} is not UTF-8 text",
                                "fix or remove the file, or deploy with --image") from None

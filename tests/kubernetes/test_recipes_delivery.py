@@ -357,3 +357,40 @@ def test_a_pip_mirror_reaches_the_pods_and_a_bad_one_is_refused():
         assert {"name": "PIP_INDEX_URL", "value": "https://pypi.example.org/simple"} in install["env"]
     with pytest.raises(FieldError, match="pip_index_url"):
         _render(cluster=Cluster(name="dc", kind="geotrain", config={"pip_index_url": "https://x/$(reboot)'"}))
+
+
+def test_a_file_swapped_after_the_listing_is_refused_not_read_through(tmp_path, monkeypatch):
+    """bounded_files lists with lstat; the read itself opens without following a link and stops at
+    the bound, so a file replaced between the two steps (a link to a secret, a FIFO, a grown file)
+    is one line, not shipped."""
+    from core.domain import source_files
+
+    package = tmp_path / "recipes"
+    package.mkdir()
+    (package / "train.py").write_text("x = 1\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the cluster\n")
+    listed = source_files.bounded_files
+
+    def swap(kind):
+        def listing(*args, **kwargs):
+            found = listed(*args, **kwargs)
+            (package / "train.py").unlink()
+            if kind == "link":
+                (package / "train.py").symlink_to(secret)
+            elif kind == "fifo":
+                os.mkfifo(package / "train.py")
+            else:
+                (package / "train.py").write_text("y" * (delivery.MAX_FILE_BYTES + 1))
+            return found
+        return listing
+
+    for kind in ("link", "fifo", "grown"):
+        monkeypatch.setattr(delivery, "bounded_files", swap(kind))
+        with pytest.raises(InvalidInput, match="train.py changed while geotrain read it") as caught:
+            delivery.recipes_files(package)
+        assert "not for the cluster" not in str(caught.value) and "\n" not in str(caught.value)
+        (package / "train.py").unlink()
+        (package / "train.py").write_text("x = 1\n")
+    monkeypatch.setattr(delivery, "bounded_files", listed)
+    assert [f.text for f in delivery.recipes_files(package)] == ["x = 1\n"]
