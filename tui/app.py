@@ -33,6 +33,12 @@ def _nodes_screen():
     return NodesScreen()
 
 
+def _clusters_screen():
+    from tui.screens.clusters import ClustersScreen
+
+    return ClustersScreen()
+
+
 def _wizard_screen():
     from tui.screens.cluster_wizard import ClusterWizardScreen
 
@@ -42,7 +48,8 @@ def _wizard_screen():
 class GeotrainApp(App):
     CSS_PATH = str(THEMES_DIR / "base.tcss")
     TITLE = "geotrain"
-    MODES = {"workspaces": WorkspacesScreen, "nodes": _nodes_screen, "wizard": _wizard_screen}
+    MODES = {"workspaces": WorkspacesScreen, "nodes": _nodes_screen, "wizard": _wizard_screen,
+             "clusters": _clusters_screen}
     DEFAULT_MODE = "workspaces"
     COMMANDS = App.COMMANDS | {JumpCommands}
     BINDINGS = [
@@ -53,11 +60,12 @@ class GeotrainApp(App):
         Binding("1", "switch_mode('workspaces')", "Workspaces", show=False),
         Binding("2", "switch_mode('nodes')", "Nodes", show=False),
         Binding("3", "switch_mode('wizard')", "Cluster wizard", show=False),
+        Binding("4", "switch_mode('clusters')", "Clusters", show=False),
     ]
 
     def __init__(self, service: WorkspaceService | None = None, *,
                  clock: Callable[[], float] = time.time, poll_seconds: float = 2.0,
-                 log_max_lines: int = 20_000, cluster_builder=None) -> None:
+                 log_max_lines: int = 20_000, cluster_builder=None, check_options: dict | None = None) -> None:
         super().__init__()
         self.service = service or WorkspaceService()
         self.cluster_builder = cluster_builder or ClusterBuilder(self.service.store)
@@ -66,6 +74,7 @@ class GeotrainApp(App):
         self.clock = clock
         self.poll_seconds = poll_seconds
         self.log_max_lines = log_max_lines
+        self.check_options = check_options or {}  # clusters check's seconds, model, size (tests: tiny)
         for theme in load_themes():
             self.register_theme(theme)
         self.theme = self.service.store.get_setting(THEME_SETTING, DEFAULT_THEME) or DEFAULT_THEME

@@ -15,6 +15,7 @@ class JumpCommands(Provider):
         fixed = [
             ("Workspaces", partial(app.switch_mode, "workspaces"), "every workspace on every cluster"),
             ("Nodes", partial(app.switch_mode, "nodes"), "the node pool: import, refresh, remove"),
+            ("Clusters", partial(app.switch_mode, "clusters"), "every cluster, its last check; check, cordon"),
             ("Deploy a workspace…", app.action_deploy_form, "the deploy form"),
             ("Deploy the default workspace", app.action_deploy_default,
              "tiny gpt-neo, 2 workers, medium compression, on local"),

@@ -73,6 +73,7 @@ class WorkspaceDeleted(Message):
 @dataclass
 class NodesLoaded(Message):
     nodes: list[Node]
+    checks: dict | None = None  # node -> (cluster, its part of the last clusters check); None: unchanged
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, NodesLoaded)

@@ -36,11 +36,20 @@ def node_row(node: Node) -> tuple:
             short_blockers(node.blockers))
 
 
-def node_details(node: Node) -> Text:
+def node_details(node: Node, check: tuple[str, dict] | None = None) -> Text:
     lines = describe.node_panel_lines(node)
     text = Text.assemble((node.name, "bold"), "  ", "\n".join(lines))  # facts come from the server: literal
     for reason in node.blockers:
         text.append("\n").append("✗", style="bold red").append(f" {printable(reason)}")
+    if check:
+        cluster, verdict = check
+        text.append(f"\nlast check on {printable(cluster)}: ")
+        text.append("all good", style="green") if verdict.get("ok") else text.append("FAILING", style="bold red")
+        for device in verdict.get("devices") or []:
+            text.append(printable(f"\n  rank {device.get('rank')} {device.get('device')}: "
+                                  f"{device.get('matmul_flops', 0) / 1e12:.3g} TFLOP/s"))
+        for why in verdict.get("why") or []:
+            text.append("\n✗", style="bold red").append(f" {printable(why)}")
     return text
 
 
@@ -60,6 +69,7 @@ class NodesScreen(TableScreen):
     def __init__(self) -> None:
         super().__init__()
         self.nodes: dict[str, Node] = {}
+        self.checks: dict[str, tuple[str, dict]] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -71,11 +81,15 @@ class NodesScreen(TableScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="Loading nodes")
     def _load(self) -> None:
-        self.post_message(NodesLoaded(self.app.node_pool.list()))
+        from tui.cluster_check_runner import node_verdicts
+
+        self.post_message(NodesLoaded(self.app.node_pool.list(), node_verdicts(self.app.service.store)))
 
     @on(NodesLoaded)
     def _show(self, message: NodesLoaded) -> None:
         self.nodes = {n.name: n for n in message.nodes}
+        if message.checks is not None:
+            self.checks = message.checks
         self.loaded = True
         self.refill()
 
@@ -98,7 +112,7 @@ class NodesScreen(TableScreen):
     def _details(self) -> None:
         name = self.selected_key()
         if name in self.nodes:
-            self.query_one("#details", Static).update(node_details(self.nodes[name]))
+            self.query_one("#details", Static).update(node_details(self.nodes[name], self.checks.get(name)))
 
     # actions ---------------------------------------------------------------
     def action_import(self) -> None:
