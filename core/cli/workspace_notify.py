@@ -1,14 +1,16 @@
 """`geotrain workspaces notify ID`: tell a webhook when the workspace completes, fails or recovers
 (issue 43). The address comes from GEOTRAIN_NOTIFY_URL or a hidden prompt, never the command line
-(every local user can read argv), and is kept in the secret store (0600), never shown again."""
+(every local user can read argv), and is kept in the secret store (0600), never shown again.
+`--command CMD` runs a local program instead (or as well), the event as JSON on its stdin, no shell."""
 
 from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import sys
 
-from core.domain.notifications import EVENTS, URL_ENV, check_url, secret_ref
+from core.domain.notifications import EVENTS, URL_ENV, check_command, check_url, command_ref, secret_ref
 from core.errors import InvalidInput
 from core.workspaces import WorkspaceService
 
@@ -19,7 +21,9 @@ def register(groups) -> None:
                                       f"(the URL from {URL_ENV} or a hidden prompt)")
     p.add_argument("id", complete="workspace")
     p.add_argument("--ask", action="store_true", help="type the webhook's URL (hidden), even with the variable set")
-    p.add_argument("--off", action="store_true", help="stop notifying; the URL is removed")
+    p.add_argument("--command", metavar="CMD", help="also run this program on each event, the event as JSON on its "
+                   "stdin (split like a shell would, run without one; keep secrets in the program, not its words)")
+    p.add_argument("--off", action="store_true", help="stop notifying; the URL and command are removed")
     p.add_argument("--test", action="store_true", help="send a test message now")
     p.set_defaults(handler=cmd_notify)
 
@@ -35,10 +39,19 @@ def cmd_notify(args) -> int:
         service.secrets.delete_prefix(secret_ref(ws.id))
         print(f"{ws.id} notifies no one now.")
         return 0
+    if args.command is not None:
+        argv = check_command(args.command)
+        if shutil.which(argv[0]) is None:
+            raise InvalidInput(f"the notification command's program {argv[0]!r} is not found or not executable",
+                               "give its full path, or a program on PATH")
+        service.secrets.put(command_ref(ws.id), args.command)
+        print(f"{ws.id} will run {argv[0]} on {', '.join(EVENTS)} (the event as JSON on its stdin).")
     url = None if args.ask else os.environ.get(URL_ENV)
-    if url is None and not (args.test and service.secrets.get(secret_ref(ws.id))):
+    kept = service.secrets.get(secret_ref(ws.id)) or service.secrets.get(command_ref(ws.id))
+    if url is None and (args.ask or not (args.command is not None or (args.test and kept))):
         if not (args.ask or sys.stdin.isatty()):
-            raise InvalidInput(f"no webhook URL: {URL_ENV} is not set", f"set {URL_ENV}, or pass --ask at a terminal")
+            raise InvalidInput(f"no webhook URL: {URL_ENV} is not set",
+                               f"set {URL_ENV}, pass --ask at a terminal, or give --command CMD")
         url = getpass.getpass("Webhook URL (hidden): ").strip()
     if url is not None:
         service.secrets.put(secret_ref(ws.id), check_url(url))

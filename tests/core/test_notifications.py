@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from core.domain.notifications import URL_ENV, check_url, message, secret_ref
+from core.domain.notifications import URL_ENV, check_command, check_url, command_ref, message, secret_ref
 from core.errors import InvalidInput
 from core.state.secret_store import SecretStore
 from tests.tui import states
@@ -75,13 +75,16 @@ def hook():
     server.close()
 
 
-def run_supervisor(tmp_path: Path, url: str | None, budget: int, worker: str = WORKER, **env) -> tuple[Path, int]:
+def run_supervisor(tmp_path: Path, url: str | None, budget: int, worker: str = WORKER, command: str | None = None,
+                   **env) -> tuple[Path, int]:
     run_dir = tmp_path / "ws-note"
     (run_dir / "logs").mkdir(parents=True)
     secrets = SecretStore(tmp_path / "secrets.json")
     ref = secrets.put("ws-note/wandb", TOKEN)
     if url:
         secrets.put(secret_ref("ws-note"), url)
+    if command:
+        secrets.put(command_ref("ws-note"), command)
     (run_dir / "launch.json").write_text(json.dumps({
         "workspace_id": "ws-note", "mode": "group", "workers": 2, "max_recoveries": budget,
         "worker_argv": [sys.executable, "-c", worker], "env": {"PYTHONUNBUFFERED": "1", **env},
@@ -196,5 +199,68 @@ def test_the_notify_command_keeps_the_address_in_the_secret_store_only(geotrain_
         assert remote.returncode != 0 and "Kubernetes workspaces" in remote.stderr and hook.url not in store.read_text()
         bad = cli(states.COMPLETED_ID, **{URL_ENV: "ftp://example.org" + HOOK_PATH})
         assert bad.returncode != 0 and HOOK_PATH not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    finally:
+        states.stop(procs)
+
+
+# a notification command: appends what it was given (argv, stdin, environment) as one JSON line
+RECORDER = ("import json, os, sys\n"
+            "with open(sys.argv[1], 'a') as out:\n"
+            "    out.write(json.dumps({'argv': sys.argv[2:], 'stdin': json.loads(sys.stdin.read()),"
+            " 'env': sorted(os.environ)}) + '\\n')\n")
+
+
+def recorder(tmp_path: Path) -> tuple[str, Path]:
+    script, out = tmp_path / "recorder.py", tmp_path / "got.jsonl"
+    script.write_text(RECORDER)
+    pwned = tmp_path / "pwned"
+    return f"{sys.executable} {script} {out} 'one word; touch {pwned}' \"$HOME\" $(id)", out
+
+
+def test_the_command_gets_each_event_on_stdin_without_a_shell_or_secrets(tmp_path, hook, monkeypatch):
+    monkeypatch.setenv("GEOTRAIN_REGISTRY_PASSWORD", "registry-pw-Secret-77")
+    command, out = recorder(tmp_path)
+    run_dir, code = run_supervisor(tmp_path, hook.url, budget=1, command=command)
+    assert code == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["stdin"]["event"] for g in got] == ["RECOVERED", "COMPLETED"]  # and the webhook as well:
+    assert [body["event"] for _, body in hook.received] == ["RECOVERED", "COMPLETED"]
+    assert got[1]["stdin"]["detail"] == "step 10, loss 2.5000" and got[1]["stdin"]["workspace"] == "ws-note"
+    # the user's words, split as a shell would and run without one: nothing expanded or executed
+    assert got[0]["argv"] == [f"one word; touch {tmp_path / 'pwned'}", "$HOME", "$(id)"]
+    assert not (tmp_path / "pwned").exists()
+    assert set(got[0]["env"]) <= {"PATH", "HOME", "LANG", "LC_CTYPE"}  # LC_CTYPE: Python's own C-locale coercion
+    assert TOKEN not in out.read_text() and "registry-pw" not in out.read_text() and HOOK_PATH not in out.read_text()
+
+
+def test_a_failing_command_is_one_line_without_its_words(tmp_path):
+    fails = tmp_path / "fails.py"
+    fails.write_text("import sys\nsys.stderr.write('cannot page with key ' + sys.argv[1] + '\\n')\nsys.exit(4)\n")
+    run_dir, code = run_supervisor(tmp_path, None, budget=0, command=f"{sys.executable} {fails} pager-key-SECRET9")
+    assert code == 3
+    lines = [ln for ln in (run_dir / "logs" / "launcher.log").read_text().splitlines() if "notification" in ln]
+    assert lines == ["notification command for FAILED failed: exit code 4: cannot page with key ***"]
+    assert leaked(run_dir, "pager-key-SECRET9") == []
+
+
+@pytest.mark.parametrize("text", ["", "   ", "prog 'unclosed", "prog\x1b[2J", "x" * 2000])
+def test_a_bad_command_is_refused_in_one_line(text):
+    with pytest.raises(InvalidInput) as error:
+        check_command(text)
+    assert len(str(error.value).splitlines()) <= 2 and (text.strip()[:10] not in str(error.value) if text.strip() else True)
+
+
+def test_the_notify_command_stores_a_command_and_tests_it(geotrain_home, tmp_path):
+    _, procs = states.seed(geotrain_home, running=False)
+    try:
+        command, out = recorder(tmp_path)
+        done = cli(states.COMPLETED_ID, "--command", command, "--test")
+        assert done.returncode == 0, done.stderr
+        assert [json.loads(line)["stdin"]["event"] for line in out.read_text().splitlines()] == ["TEST"]
+        store = geotrain_home / "secrets.json"
+        assert command in json.loads(store.read_text()).values() and oct(store.stat().st_mode & 0o777) == "0o600"
+        missing = cli(states.COMPLETED_ID, "--command", "no-such-program-xyz --flag")
+        assert missing.returncode != 0 and "not found" in missing.stderr
+        assert cli(states.COMPLETED_ID, "--off").returncode == 0 and command not in store.read_text()
     finally:
         states.stop(procs)

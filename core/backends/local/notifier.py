@@ -3,18 +3,22 @@ one that tells the webhook (core.domain.notifications). The address is read from
 when a message goes out (set or changed at any time with `workspaces notify`), POSTed as JSON with
 urllib, never following a redirect (the address's own path may be its credential; a redirect could
 carry the request elsewhere); a failure to deliver is one line in logs/launcher.log that names the
-event and why, never the address."""
+event and why, never the address. A notification command (core.domain.notifications.check_command) runs
+without a shell, its argv the user's words, the message as JSON on stdin, in an environment of PATH,
+HOME and LANG only (none of the workspace's or the user's secrets), with a time limit."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from core.domain.notifications import check_url, message, secret_ref
+from core.domain.notifications import check_command, check_url, command_ref, message, secret_ref
 from core.errors import GeotrainError
 from core.state.secret_store import SecretStore, redact
 
@@ -44,6 +48,27 @@ def post(url: str, body: dict) -> str:
         return f"{type(reason).__name__}: {str(reason)[:120]}"
 
 
+def command_env() -> dict[str, str]:
+    """What a notification command inherits: where programs are and the user's home, nothing else."""
+    return {"PATH": os.environ.get("PATH") or os.defpath, "HOME": os.path.expanduser("~"), "LANG": "C.UTF-8"}
+
+
+def run_command(argv: list[str], body: dict, cwd: Path) -> str:
+    """Run it with the message on stdin; '' when it exits 0, else why not (its last stderr line)."""
+    try:
+        done = subprocess.run(argv, input=json.dumps(body), text=True, env=command_env(), cwd=cwd,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=TIMEOUT_S,
+                              start_new_session=True, errors="replace")
+    except subprocess.TimeoutExpired:
+        return f"it did not finish within {TIMEOUT_S} s"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    if done.returncode == 0:
+        return ""
+    last = (done.stderr.strip().splitlines() or [""])[-1][:200]
+    return f"exit code {done.returncode}" + (f": {last}" if last else "")
+
+
 class Notifier:
     def __init__(self, run_dir: Path, workspace_id: str, store: SecretStore, secrets: list[str]) -> None:
         self.run_dir, self.workspace_id, self.store, self.secrets = run_dir, workspace_id, store, secrets
@@ -51,7 +76,25 @@ class Notifier:
         self.recovering = False
 
     def send(self, event: str, detail: str) -> bool:
-        """Tell the webhook, if the workspace has one; False when it has none or delivery failed."""
+        """Tell the webhook and run the command, those the workspace has; False when it has neither or
+        none delivered."""
+        command = self.store.get(command_ref(self.workspace_id))
+        delivered = self._run(event, detail, command) if command else False
+        return self._post(event, detail, [command] if command else []) or delivered
+
+    def _run(self, event: str, detail: str, command: str) -> bool:
+        try:
+            argv = check_command(command)
+        except GeotrainError as exc:
+            self._log(f"notification command for {event} not run: {exc.message}")
+            return False
+        body = message(self.workspace_id, event, redact(detail, [*self.secrets, command, *argv[1:]]))
+        why = run_command(argv, body, self.run_dir)
+        if why:
+            self._log(f"notification command for {event} failed: {redact(why, [command, *argv[1:]])}")
+        return not why
+
+    def _post(self, event: str, detail: str, more_secrets: list[str]) -> bool:
         try:
             url = self.store.get(secret_ref(self.workspace_id))
             if not url:
@@ -60,7 +103,7 @@ class Notifier:
         except GeotrainError as exc:
             self._log(f"notification {event} not sent: {exc.message}")
             return False
-        body = message(self.workspace_id, event, redact(detail, [*self.secrets, url]))
+        body = message(self.workspace_id, event, redact(detail, [*self.secrets, *more_secrets, url]))
         why = ""
         for attempt in range(ATTEMPTS):
             if attempt:
