@@ -17,6 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from core.backends import node_files
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.backends.kubernetes_drilldown import PodDrilldown
+from core.backends.kubernetes_recovery import JobRecovery
+from core.backends.kubernetes_utilization import PodUtilization
 from core.errors import BackendError, InvalidInput
 from core.kubernetes.names import job_name, label_value
 from core.kubernetes.recipes_delivery import source_selector
@@ -31,7 +33,6 @@ from core.kubernetes.registry_auth import pull_secret_name, split_registry_auth,
 from core.kubernetes.recovery_manifests import claim_name, kept_after_delete
 from core.kubernetes.network_policy import policy_name
 from core.kubernetes.watcher_manifests import history_name, watcher_name
-from core.backends.kubernetes_recovery import JobRecovery
 from core.state.secret_store import SecretStore, redact
 from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
@@ -42,10 +43,9 @@ from core.kubernetes.pod_phases import (JOB_PHASES, MAX_DETAIL, POD_PHASES, even
                                         master_exit_code, pod_phase, unschedulable_message, worker_detail)
 from core.domain.run_events import combine, one_line
 
-METRICS_TAIL_LINES = 2000
+METRICS_TAIL_LINES, METRICS_TAIL_BYTES = 2000, 4 * 1024 * 1024  # rank 0's progress lines read per refresh
 PHASE_TAIL_LINES = 200  # enough of a starting pod's log to find its last data/rendezvous event
 PHASE_TAIL_BYTES = 256 * 1024  # ... and no more bytes of it, however long a worker's lines are
-METRICS_TAIL_BYTES = 4 * 1024 * 1024
 EVENT_LIMIT = 1000  # pod events read per poll: a busy namespace's list stays bounded
 # The kinds a workspace creates besides its Volcano Job: typed client and method noun.
 TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.CoreV1Api, "config_map"),
@@ -57,7 +57,7 @@ TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.Core
 WATCHER_KINDS = ("Deployment", "RoleBinding", "Role", "ServiceAccount")
 
 
-class KubernetesBackend(PodDrilldown, JobRecovery, Backend):
+class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
     """Runs workspaces as Volcano jobs in the cluster's namespace (default `default`)."""
 
     def __init__(self, cluster: Cluster, log_poll_s: float = 1.0,
@@ -312,11 +312,11 @@ class KubernetesBackend(PodDrilldown, JobRecovery, Backend):
             return []
         return read_json(response).get("items", [])
 
-    def _log_tail(self, pod_name: str, container: str = CONTAINER, previous: bool = False) -> list[str] | None:
+    def _log_tail(self, pod_name: str, container: str = CONTAINER, previous: bool = False, tail_lines: int = PHASE_TAIL_LINES, limit_bytes: int = PHASE_TAIL_BYTES) -> list[str] | None:
         try:
             response = client.CoreV1Api(self.api).read_namespaced_pod_log(
-                pod_name, self.namespace, container=container, previous=previous, tail_lines=PHASE_TAIL_LINES,
-                limit_bytes=PHASE_TAIL_BYTES, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                pod_name, self.namespace, container=container, previous=previous, tail_lines=tail_lines,
+                limit_bytes=limit_bytes, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, *NETWORK_ERRORS):
             return None
         return response.data.decode("utf-8", "replace").splitlines()

@@ -72,6 +72,7 @@ def parse_event(line: str) -> dict | None:
 UTILIZATION_FIELDS = {"rank": (0, 1 << 20), "step": (0, MAX_NUMBER), "wall_s": (0, 1e7), "cpu": (0, 4096),
                       "wait_s": (0, 1e7), "gpu": (0, 100), "gpu_memory_bytes": (0, 1 << 50)}
 UTILIZATION_NEEDS = ("rank", "wall_s", "cpu", "wait_s")
+UTILIZATION_KEPT = 60  # figures per worker kept for the app's sparklines (one per logging interval)
 _WHOLE = ("rank", "step", "gpu_memory_bytes")
 
 

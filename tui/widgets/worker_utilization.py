@@ -44,7 +44,7 @@ class WorkerRow(Horizontal):
 
 
 class WorkerUtilization(Vertical):
-    """A row per worker; hidden until a worker has reported (and where none does: pods)."""
+    """A row per worker; hidden until a worker has reported (local: the supervisor keeps the figures; pods: read from their logs)."""
 
     DEFAULT_CSS = """
     WorkerUtilization { height: auto; max-height: 10; border: round $panel-lighten-2; padding: 0 1; }

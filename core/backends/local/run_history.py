@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 from core.domain.records import Status
-from core.domain.run_events import EVENT_PREFIX, STEP_LINE, WorkerPhase, combine, parse_event, utilization
+from core.domain.run_events import EVENT_PREFIX, STEP_LINE, UTILIZATION_KEPT, WorkerPhase, combine, parse_event, \
+    utilization
 from core.state.atomic_files import write_atomically
 
 HISTORY_FILE = "history.jsonl"
 PHASE_FILE = "phase.json"
 UTILIZATION_FILE = "utilization.json"
-UTILIZATION_KEPT = 60  # figures per worker kept for the app's sparklines (one per logging interval)
 
 
 def read_phase(run_dir: Path) -> dict | None:
