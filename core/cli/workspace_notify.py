@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import getpass
 import os
-import shutil
 import sys
 
-from core.domain.notifications import EVENTS, URL_ENV, check_command, check_url, command_ref, secret_ref
+from core.domain.notifications import EVENTS, URL_ENV, command_ref, secret_ref
 from core.errors import InvalidInput
 from core.workspaces import WorkspaceService
 
@@ -29,6 +28,8 @@ def register(groups) -> None:
 
 
 def cmd_notify(args) -> int:
+    from core.backends.local import notifier
+
     service = WorkspaceService()
     ws = service.get(args.id)
     if not service.backend(ws.cluster).NOTIFIES:
@@ -36,16 +37,13 @@ def cmd_notify(args) -> int:
                            "supervisor, which Kubernetes workspaces do not have (not yet)",
                            "use a local workspace, or watch `geotrain workspaces show ID`")
     if args.off:
-        service.secrets.delete_prefix(secret_ref(ws.id))
+        notifier.forget(service.secrets, ws.id)
         print(f"{ws.id} notifies no one now.")
         return 0
     if args.command is not None:
-        argv = check_command(args.command)
-        if shutil.which(argv[0]) is None:
-            raise InvalidInput(f"the notification command's program {argv[0]!r} is not found or not executable",
-                               "give its full path, or a program on PATH")
-        service.secrets.put(command_ref(ws.id), args.command)
-        print(f"{ws.id} will run {argv[0]} on {', '.join(EVENTS)} (the event as JSON on its stdin).")
+        notifier.keep(service.secrets, ws.id, command=args.command)
+        print(f"{ws.id} will run {notifier.shown(service.secrets, ws.id)[1]} on {', '.join(EVENTS)} "
+              "(the event as JSON on its stdin).")
     url = None if args.ask else os.environ.get(URL_ENV)
     kept = service.secrets.get(secret_ref(ws.id)) or service.secrets.get(command_ref(ws.id))
     if url is None and (args.ask or not (args.command is not None or (args.test and kept))):
@@ -54,13 +52,11 @@ def cmd_notify(args) -> int:
                                f"set {URL_ENV}, pass --ask at a terminal, or give --command CMD")
         url = getpass.getpass("Webhook URL (hidden): ").strip()
     if url is not None:
-        service.secrets.put(secret_ref(ws.id), check_url(url))
+        notifier.keep(service.secrets, ws.id, url=url)
         print(f"{ws.id} will notify the webhook of {', '.join(EVENTS)} (its URL is in the secret store; not shown).")
     if args.test:
-        from core.backends.local.notifier import Notifier
-
         run_dir = service.backend(ws.cluster).run_dir(ws.id)
-        if not Notifier(run_dir, ws.id, service.secrets, []).send("TEST", "a test of this workspace's notifications"):
+        if not notifier.Notifier(run_dir, ws.id, service.secrets, []).send("TEST", "a test of this workspace's notifications"):
             raise InvalidInput("the test message was not delivered", f"see {run_dir / 'logs' / 'launcher.log'}")
         print("The test message was delivered.")
     return 0

@@ -50,6 +50,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
         Binding("w", "wrap", "Wrap"),
         Binding("e", "events", "Events"),
         Binding("p", "processes", "Workers"),
+        Binding("N", "notify_form", "Notify…"),
         Binding("slash", "filter", "Filter"),
         Binding("s", "search", "Search"),
         Binding("n", "next_match", "Next match", show=False),
@@ -183,6 +184,26 @@ class WorkspaceDetailScreen(GeotrainScreen):
     def action_processes(self) -> None:
         """Down to the workers: processes or pods, their detail, a shell."""
         self.app.open_processes(self.workspace_id)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="notify", name="Notifications")
+    def action_notify_form(self) -> None:
+        """Set or clear the webhook/command (tui/modals/notify_form.py); where no local supervisor sends
+        them (Kubernetes, not yet), one line says so."""
+        service = self.app.service
+        cluster = service.get(self.workspace_id).cluster
+        if not service.backend(cluster).NOTIFIES:
+            self.app.call_from_thread(self.notify, f"Notifications are sent by the local supervisor; {self.workspace_id} "
+                                      f"runs on {cluster}, where they are not available yet", severity="warning",
+                                      markup=False)
+            return
+        from tui.modals.notify_form import NotifyFormScreen
+
+        def done(outcome: str | None) -> None:
+            if outcome:
+                self.notify(f"Notifications of {self.workspace_id} {outcome}"
+                            + (" (kept as secrets, not shown)" if outcome == "saved" else ""), markup=False)
+
+        self.app.call_from_thread(self.app.push_screen, NotifyFormScreen(self.workspace_id), done)
 
     def action_delete(self) -> None:
         ask_delete(self, self.workspace_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -18,8 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from core.domain.notifications import check_command, check_url, command_ref, message, secret_ref
-from core.errors import GeotrainError
+from core.domain.notifications import check_command, check_url, command_ref, mask_url, message, secret_ref
+from core.errors import GeotrainError, InvalidInput
 from core.state.secret_store import SecretStore, redact
 
 TIMEOUT_S = 10
@@ -46,6 +47,34 @@ def post(url: str, body: dict) -> str:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return f"{type(reason).__name__}: {str(reason)[:120]}"
+
+
+def keep(store: SecretStore, workspace_id: str, url: str | None = None, command: str | None = None) -> None:
+    """Check, then keep what is given (None: leave as it is); both checked before either is kept."""
+    argv = check_command(command) if command is not None else None
+    if argv and shutil.which(argv[0]) is None:
+        raise InvalidInput(f"the notification command's program {argv[0]!r} is not found or not executable",
+                           "give its full path, or a program on PATH")
+    if url is not None:
+        check_url(url)
+    if url is not None:
+        store.put(secret_ref(workspace_id), url)
+    if command is not None:
+        store.put(command_ref(workspace_id), command)
+
+
+def forget(store: SecretStore, workspace_id: str) -> None:
+    store.delete_prefix(secret_ref(workspace_id))  # '<id>/notify' and '<id>/notify-command'
+
+
+def shown(store: SecretStore, workspace_id: str) -> tuple[str | None, str | None]:
+    """What may be shown of what is kept: the address masked, the command's program name only."""
+    url, command = store.get(secret_ref(workspace_id)), store.get(command_ref(workspace_id))
+    try:
+        program = os.path.basename(check_command(command)[0]) if command else None
+    except GeotrainError:
+        program = "(unreadable)"
+    return (mask_url(url) if url else None), program
 
 
 def command_env() -> dict[str, str]:
