@@ -119,6 +119,11 @@ class GeotrainApp(App):
 
         self.push_screen(WorkspaceProcessesScreen(workspace_id))
 
+    def open_cluster_check(self, cluster: str) -> None:
+        """The Clusters view, checking `cluster` (the wizard's done screen offers it)."""
+        self.switch_mode("clusters")
+        self.screen.check_when_loaded(cluster)
+
     def run_in_terminal(self, target: ShellTarget) -> int | None:
         """Give the terminal to a shell (core.backends.base.ShellTarget: a local process, its
         environment as env= and never in argv, or a pod's exec stream) until it exits, then come

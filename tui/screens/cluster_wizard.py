@@ -1,5 +1,6 @@
 """The cluster wizard: pick nodes → options → preflight → deploy (a bar per node and
-step; `l` shows a node's log) → done (network matrix; `k` imports the kubeconfig)."""
+step; `l` shows a node's log) → done (network matrix; `k` imports the kubeconfig; `c` checks the new
+cluster's devices and collective in the Clusters view, the same check as its `k` key)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ TITLES = {"pick": "1 · pick nodes (space selects, enter continues)",
           "done": "5 · done"}
 
 
-IMPORT_HINT = "[b]k[/] import the kubeconfig into ~/.kube/config   [b]esc[/] back to the start"
+IMPORT_HINT = ("[b]k[/] import the kubeconfig into ~/.kube/config   [b]c[/] check the cluster (burn-in, all-reduce)"
+               "   [b]esc[/] back to the start")
 NO_K3S_HINT = ("k3s did not come up, so there is no kubeconfig to import. Fix what failed above "
                "(nodes without internet: esc, then give the air-gap bundle dir) and deploy again.   "
                "[b]esc[/] back to the start")
@@ -44,6 +46,7 @@ class ClusterWizardScreen(GeotrainScreen):
         Binding("escape", "back", "Back"),
         Binding("l", "node_log", "Node log"),
         Binding("k", "import_kubeconfig", "Import kubeconfig"),
+        Binding("c", "check_cluster", "Check cluster"),
     ]
 
     def __init__(self) -> None:
@@ -115,9 +118,9 @@ class ClusterWizardScreen(GeotrainScreen):
         self.query_one("#wizard-error", Static).update(text and f"✗ {printable(text)}")
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        allowed = {"node_log": ("preflight", "deploy", "done"), "import_kubeconfig": ("done",),
+        allowed = {"node_log": ("preflight", "deploy", "done"), "import_kubeconfig": ("done",), "check_cluster": ("done",),
                    "next": ("pick", "options", "preflight")}
-        if action == "import_kubeconfig" and not self._k3s_up():
+        if action in ("import_kubeconfig", "check_cluster") and not self._k3s_up():
             return False  # never offer a kubeconfig that k3s did not write
         return self.stage in allowed.get(action, STAGES)
 
@@ -229,6 +232,10 @@ class ClusterWizardScreen(GeotrainScreen):
     def action_import_kubeconfig(self) -> None:
         if self.request and self._k3s_up():
             self._import_kubeconfig(self.request.name)
+
+    def action_check_cluster(self) -> None:
+        if self.request and self._k3s_up():
+            self.app.open_cluster_check(self.request.name)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="kube", name="Kubeconfig import")
     def _import_kubeconfig(self, name: str) -> None:

@@ -84,6 +84,7 @@ class ClustersScreen(TableScreen):
         self.checks: dict[str, dict | None] = {}
         self.cordoned: dict[tuple[str, str], bool] = {}
         self.checking: str | None = None
+        self.pending_check: str | None = None
         self.started = 0.0
 
     def compose(self) -> ComposeResult:
@@ -113,6 +114,26 @@ class ClustersScreen(TableScreen):
         self.checks = message.checks
         self.loaded = True
         self.refill()
+        if self.pending_check in self.clusters:
+            self.check_when_loaded(self.pending_check)
+        elif self.pending_check:
+            self.notify(f"{self.pending_check} is not among the clusters: nothing checked", severity="warning",
+                        markup=False)
+            self.pending_check = None
+
+    def check_when_loaded(self, cluster: str) -> None:
+        """Highlight `cluster` and check it, once the list has come in (from the wizard's done screen)."""
+        if not self.loaded or cluster not in self.clusters:
+            self.pending_check = cluster
+            if self.loaded:
+                self.action_reload()  # the wizard just recorded it
+            return
+        self.pending_check = None
+        self.filter_text = ""
+        self.refill()
+        table = self.query_one("#clusters", DataTable)
+        table.move_cursor(row=table.get_row_index(cluster))
+        self.action_check()
 
     def refill(self) -> None:
         table = self.query_one("#clusters", DataTable)
