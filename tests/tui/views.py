@@ -248,6 +248,60 @@ async def wizard_done(pilot) -> None:
     await until(pilot, lambda: pilot.app.screen.stage == "done")
 
 
+def _kept_checks(store) -> None:
+    """Fixed `clusters check` results (verdicts by core.domain.check_results.judge): local all good; on
+    eu-west ams-2 good and fra-1 failing its memory test, with the link between them."""
+    import json
+
+    from core.domain.check_results import judge
+    from tui.cluster_check_runner import SETTING
+
+    def rank(r: int, device: str, flops: float, bad: int = 0, busbw: float = 2.1e9) -> dict:
+        return {"rank": r, "device": device, "matmul_flops": flops, "memory_tested": 1 << 30, "memory_errors": bad,
+                "reduce_bytes": 169_585_944, "reduce_seconds": 0.274, "busbw": busbw, "world": 2, "backend": "gloo"}
+
+    local = judge("local", "local", [rank(0, "cpu", 3.5e10), rank(1, "cpu", 2.0e10, busbw=6.2e8)], [], [], 2,
+                  at=states.NOW - 3600)
+    ams = judge("eu-west", "ams-2", [rank(0, "NVIDIA A100-SXM4-80GB", 2.71e14)], [], [], 1, at=states.NOW - 600)
+    fra = judge("eu-west", "fra-1", [rank(1, "NVIDIA A100-SXM4-80GB", 2.64e14, bad=12)], [], [], 1)
+    ams["nodes"] += fra["nodes"]
+    ams["ok"] = False
+    ams["links"] = [{"name": "ams-2 ↔ fra-1 (gloo, over the mesh)", "bytes": 169_585_944, "seconds": 1.62,
+                     "busbw": 1.05e8, "world": 2}]
+    store.set_setting(SETTING.format("local"), json.dumps(local))
+    store.set_setting(SETTING.format("eu-west"), json.dumps(ams))
+
+
+async def clusters(pilot) -> None:
+    """The Clusters view (issue 43): eu-west highlighted, its last check naming fra-1 with why."""
+    from tui.screens.clusters import ClustersScreen
+
+    _kept_checks(pilot.app.service.store)
+    await pilot.press("4")
+    await on_screen(pilot, ClustersScreen)
+    await until(pilot, lambda: _rows(pilot.app) == 2)
+    table = pilot.app.screen.query_one("#clusters")
+    table.move_cursor(row=table.get_row_index("eu-west"))
+    tables = list(pilot.app.screen.query("DataTable"))
+    await until(pilot, lambda: pilot.app.screen.query_one("#check-devices").row_count == 2 and all(
+        not t._require_update_dimensions and not t._updated_cells for t in tables))
+    for table in tables:  # each drawn afresh with its measured columns (see redrawn)
+        table._clear_caches()
+        table.refresh()
+    await settled(pilot, lambda: [c.get_render_width(t) for t in tables for c in t.columns.values()])
+
+
+async def notify_form(pilot) -> None:
+    """The notification form over a local workspace, an address kept (shown masked) and one being typed (hidden)."""
+    from tui.modals.notify_form import NotifyFormScreen
+
+    await workspace_detail(pilot)
+    pilot.app.service.secrets.put(f"{states.COMPLETED_ID}/notify", "https://hooks.example.com/services/T0/B0/xyz")
+    await pilot.press("N")
+    await on_screen(pilot, NotifyFormScreen)
+    await pilot.press(*"https://hooks.example.com/new")
+
+
 VIEWS = {
     "workspaces": workspaces,
     "workspaces-light": workspaces_light,
@@ -266,6 +320,8 @@ VIEWS = {
     "wizard-pick": wizard_pick,
     "wizard-progress": wizard_progress,
     "wizard-done": wizard_done,
+    "clusters": clusters,
+    "notify-form": notify_form,
     "help": help_keys,
     "error": error_modal,
 }

@@ -10,7 +10,6 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
@@ -90,9 +89,8 @@ class ClustersScreen(TableScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Input(placeholder="filter: name, kind, status, nodes…", id="filter", classes="hidden")
-        with Horizontal():
-            yield RecordTable(id="clusters", cursor_type="row", zebra_stripes=True)
-            yield CheckResults(id="check")
+        yield RecordTable(id="clusters", cursor_type="row", zebra_stripes=True)
+        yield CheckResults(id="check")
         yield Static("", id="check-progress", classes="hint")
         yield Footer()
 

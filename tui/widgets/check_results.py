@@ -51,7 +51,10 @@ def member_rows(members: list[str], result: dict | None) -> list[tuple]:
 
 
 def link_rows(result: dict) -> list[tuple]:
-    return [(link["name"], f"{link['bytes'] / 1e6:.3g}", f"{link['seconds'] * 1000:.3g}", f"{link['busbw'] / 1e9:.3g}")
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1000:,.0f}" if seconds >= 0.1 else f"{seconds * 1000:.3g}"
+
+    return [(link["name"], f"{link['bytes'] / 1e6:.3g}", ms(link["seconds"]), f"{link['busbw'] / 1e9:.3g}")
             for link in result.get("links") or []]
 
 
@@ -59,7 +62,7 @@ def summary(cluster: str, result: dict | None, now: float) -> Text:
     if result is None:
         return Text.assemble((cluster, "bold"), "  not checked yet. Press ", ("k", "bold"),
                              " to burn in each device and time an all-reduce of the presets' size.")
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.get("checked_at", 0)))
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(result.get("checked_at", 0)))
     text = Text.assemble((printable(cluster), "bold"), f"  checked {when} ",
                          f"({formatting.age(max(0.0, now - result.get('checked_at', now)))} ago): ",
                          ("all good", "green") if result.get("ok") else ("PROBLEMS", "bold red"))
