@@ -14,14 +14,21 @@ a fresh gloo group of just those members (the torchft idea, written small):
 - when no live member exists (first start, or every worker was lost) the quorum is
   "cold": members bring their newest complete checkpoint and the newest one wins.
 
-Settings (set by the backend): GEOTRAIN_ELASTIC_STORE=/path/of/the/store/file, GEOTRAIN_ELASTIC_GEN,
-GEOTRAIN_ELASTIC_JOIN_TIMEOUT_S, GEOTRAIN_ELASTIC_HEARTBEAT_TIMEOUT_S, GEOTRAIN_ELASTIC_OP_TIMEOUT_S.
+Across datacenters (GEOTRAIN_DATACENTER names this worker's) every datacenter present counts
+once in the average and full-precision exchanges run hierarchically (recipes.elastic_groups);
+the store is then recipes.elastic_store's server: GEOTRAIN_ELASTIC_STORE=geotrain-store://HOST:PORT,
+its token in the file named by GEOTRAIN_ELASTIC_STORE_TOKEN_FILE.
+
+Settings (set by the backend): GEOTRAIN_ELASTIC_STORE=/path/of/the/store/file or geotrain-store://HOST:PORT,
+GEOTRAIN_ELASTIC_GEN, GEOTRAIN_DATACENTER, GEOTRAIN_ELASTIC_JOIN_TIMEOUT_S, GEOTRAIN_ELASTIC_HEARTBEAT_TIMEOUT_S,
+GEOTRAIN_ELASTIC_OP_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -30,11 +37,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from recipes.distributed import Wire
+from recipes.algorithms.exchange import FullPrecisionExchange
+from recipes.elastic_groups import ElasticWire, Liveness, by_datacenter, dc_weight, weighted_start
+from recipes.elastic_quorum import parse_members
 from recipes.private_store import ELASTIC_STORE_ENV, open_file_store
-from recipes.telemetry import emit, network_wait, say, timed
+from recipes.telemetry import emit, say
 
 STORE_ENV = ELASTIC_STORE_ENV
+DATACENTER_ENV = "GEOTRAIN_DATACENTER"
 MAX_ATTEMPTS = 5
 __all__ = ["emit"]  # recipes.train reports through elastic.emit
 
@@ -48,88 +58,24 @@ class Member:
     rank: int
     role: str  # "live" (holds the current global weights) or "join"
     checkpoint: int  # newest complete checkpoint step it holds (-1 none)
+    dc: str = ""  # its datacenter ("": the one datacenter of a flat run)
 
 
 def _parse(raw: bytes) -> list[Member]:
-    """Members in arrival order; a rank that registered twice counts once (its last entry)."""
-    members: dict[int, Member] = {}
-    for item in raw.decode().split(";"):
-        if item:
-            rank, role, ckpt = item.split(":")
-            members.pop(int(rank), None)
-            members[int(rank)] = Member(int(rank), role, int(ckpt))
-    return sorted(members.values(), key=lambda m: m.rank)
+    """Members in rank order; a rank that registered twice counts once (its last entry)."""
+    return [Member(*fields) for fields in parse_members(raw)]
 
 
 def _encode(members: list[Member]) -> str:
-    return "".join(f"{m.rank}:{m.role}:{m.checkpoint};" for m in members)
-
-
-class ElasticWire(Wire):
-    """Wire whose collectives run on the current outer step's group of present members."""
-
-    def __init__(self, world_size: int) -> None:
-        super().__init__(world_size)
-        self.pg = None
-
-    def use(self, pg) -> None:
-        self.pg = pg
-        self.world_size = pg.size() if pg is not None else 1
-
-    def all_reduce_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
-        work = self.all_reduce_async(tensor)
-        if work is not None:
-            work.wait()
-            tensor.div_(self.world_size)
-        return tensor
-
-    def all_reduce_async(self, tensor: torch.Tensor):
-        if self.world_size == 1:
-            return None
-        n = self.world_size
-        self.bytes_sent += 2 * (n - 1) * tensor.numel() * tensor.element_size() // n
-        return timed(self.pg.allreduce([tensor]))
-
-    def all_gather(self, payload: torch.Tensor, async_op: bool = False):
-        if self.world_size == 1:
-            return (None, [payload]) if async_op else [payload]
-        self.bytes_sent += (self.world_size - 1) * payload.numel() * payload.element_size()
-        out = [torch.empty_like(payload) for _ in range(self.world_size)]
-        work = self.pg.allgather([out], [payload.contiguous()])
-        if async_op:
-            return timed(work), out
-        with network_wait():
-            work.wait()
-        return out
-
-
-class Liveness:
-    """Which ranks heartbeat: a counter that has not moved for `timeout` seconds means gone."""
-
-    def __init__(self, store, world: int, timeout: float) -> None:
-        self.store, self.world, self.timeout = store, world, timeout
-        self.seen: dict[int, tuple[int, float]] = {}
-
-    def alive(self) -> set[int]:
-        now = time.monotonic()
-        out = set()
-        for rank in range(self.world):
-            key = f"hb/{rank}"  # read, not add(0): a FileStore appends a record for every add
-            value = int(self.store.get(key)) if self.store.check([key]) else 0
-            last = self.seen.get(rank)
-            if last is None or last[0] != value:
-                self.seen[rank] = (value, now)
-            if now - self.seen[rank][1] < self.timeout:
-                out.add(rank)
-        return out
+    return "".join(f"{m.rank}:{m.role}:{m.checkpoint}" + (f":{m.dc}" if m.dc else "") + ";" for m in members)
 
 
 class Membership:
     """One worker's side of the elastic outer loop (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, store_path: str, gen: str, *, join_timeout: float,
-                 heartbeat_timeout: float, op_timeout: float) -> None:
-        self.rank, self.world = rank, world
+                 heartbeat_timeout: float, op_timeout: float, datacenter: str = "") -> None:
+        self.rank, self.world, self.dc = rank, world, datacenter
         self.join_timeout, self.hb_timeout = join_timeout, heartbeat_timeout
         self.op_timeout = timedelta(seconds=op_timeout)
         self.prefix = f"gen{gen}/"
@@ -143,7 +89,10 @@ class Membership:
         self._heart: threading.Thread | None = None
 
     def _connect(self):
-        return dist.PrefixStore(self.prefix, open_file_store(self._path, timedelta(seconds=60)))
+        from recipes.elastic_store_client import from_url
+
+        store = from_url(self._path, timedelta(seconds=60), self.prefix)  # None: a file path
+        return store or dist.PrefixStore(self.prefix, open_file_store(self._path, timedelta(seconds=60)))
 
     # heartbeat --------------------------------------------------------------
     def _start_heartbeat(self) -> None:
@@ -226,13 +175,18 @@ class Membership:
             algo.stop_overlap()
         self._inner_sync = algo.sync
         algo.sync = self.outer_sync
+        # an all-reduce of full precision averages per datacenter itself (hierarchically); a gathered
+        # exchange gets each member's pseudo-gradient weighted so that every datacenter counts once
+        self._hierarchical = isinstance(algo.exchange, FullPrecisionExchange)
+        if not self._hierarchical:
+            algo.exchange.start = weighted_start(algo.exchange, self.wire)
 
     def outer_sync(self) -> None:
         algo = self.trainer.algo
         s = algo.outer_step + 1
         for attempt in range(MAX_ATTEMPTS):
             key = f"q/{s}/{attempt}"
-            members = self._quorum(key, Member(self.rank, "live", -1), can_close=True,
+            members = self._quorum(key, Member(self.rank, "live", -1, self.dc), can_close=True,
                                    wait_all=False, behind=s)
             if members is None:
                 say(self.rank, f"outer step {s} went ahead without this worker: rejoining")
@@ -240,22 +194,39 @@ class Membership:
                     raise ElasticError("the run finished while this worker was rejoining")
                 return
             live = [m.rank for m in members if m.role == "live"]
+            dcs = by_datacenter([m for m in members if m.role == "live"])
             try:
-                self.wire.use(self._group(f"{key}/live/", live))
+                self._use_groups(key, live, dcs)
                 self._inner_sync()
             except RuntimeError as exc:
                 say(self.rank, f"outer step {s} with {live} failed ({str(exc)[:120]}); retrying")
                 continue
             finally:
-                self.wire.use(None)
-            if len(live) < self.world:
-                emit("outer_step", rank=self.rank, step=s, members=live, world=self.world)
+                self.wire.release()
+            if len(live) < self.world or self.dc:
+                emit("outer_step", rank=self.rank, step=s, members=live, world=self.world,
+                     **({"datacenters": dcs, "wan_bytes": self.wire.bytes_sent, "lan_bytes": self.wire.lan_bytes}
+                        if self.dc else {}))
             if len(members) > len(live):
                 self._send_state(f"{key}/all/", members, live[0])
             if self.rank == live[0]:
                 self.store.set("outer/current", str(s))
             return
         raise ElasticError(f"outer step {s} failed {MAX_ATTEMPTS} times")
+
+    def _use_groups(self, key: str, live: list[int], dcs: dict[str, list[int]]) -> None:
+        """The wire's groups for this outer step: every live member, and across datacenters my
+        datacenter's members and (a leader: its first member) the leaders."""
+        flat = lambda: self._group(f"{key}/live/", live)  # noqa: E731
+        if len(dcs) < 2 or not self._hierarchical:
+            self.wire.use(flat, len(live))
+            self.wire.weight = dc_weight(self.rank, dcs) if len(dcs) > 1 else 1.0
+            return
+        name, mine = next((n, r) for n, r in dcs.items() if self.rank in r)
+        local = self._group(f"{key}/dc/{name}/", mine)
+        leaders = [r[0] for r in dcs.values()]
+        wan = self._group(f"{key}/wan/", leaders) if self.rank == mine[0] else None
+        self.wire.use(flat, len(live), local, wan, len(mine), len(leaders))
 
     # joiners: fetch the global state ------------------------------------------
     def join(self, reason: str = "start") -> bool:
@@ -271,7 +242,7 @@ class Membership:
             if self.finished():
                 return False
             current = self._current()
-            me = Member(self.rank, "join", held)
+            me = Member(self.rank, "join", held, self.dc)
             if current is None:
                 members = self._quorum(f"q/cold/{attempt}", me, can_close=True, wait_all=True)
             else:
@@ -355,4 +326,13 @@ def from_env(rank: int, world: int, algorithm: str) -> Membership | None:
     get = lambda name, default: float(os.environ.get(f"GEOTRAIN_ELASTIC_{name}", default))  # noqa: E731
     return Membership(rank, world, store_path, os.environ.get("GEOTRAIN_ELASTIC_GEN", "0"),
                       join_timeout=get("JOIN_TIMEOUT_S", 60), heartbeat_timeout=get("HEARTBEAT_TIMEOUT_S", 5),
-                      op_timeout=get("OP_TIMEOUT_S", 30))
+                      op_timeout=get("OP_TIMEOUT_S", 30), datacenter=datacenter_from_env())
+
+
+def datacenter_from_env() -> str:
+    """GEOTRAIN_DATACENTER: a name of letters, digits, '.', '_' or '-' (it is written into the store's
+    member lists, whose separators are ':' and ';'); empty when unset."""
+    name = os.environ.get(DATACENTER_ENV, "")
+    if name and not re.fullmatch(r"[A-Za-z0-9._-]{1,63}", name):
+        raise SystemExit(f"{DATACENTER_ENV}={name[:80]!r} is not a datacenter name: use 1-63 letters, digits, '.', '_' or '-'")
+    return name

@@ -68,12 +68,18 @@ def _bytes(value) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
+# torch 2.13's PrefixStore forwards set/get/add/wait/compare_set/delete_key to a Python Store but not
+# check or append ("pure virtual function"); so a prefix is the store's own: PrefixStore is for gloo only.
+
+
 class NetworkStore(dist.Store):
     """A torch.distributed.Store on a recipes.elastic_store server."""
 
-    def __init__(self, host: str, port: int, token: bytes, timeout: timedelta = timedelta(seconds=300)) -> None:
+    def __init__(self, host: str, port: int, token: bytes, timeout: timedelta = timedelta(seconds=300),
+                 prefix: str = "") -> None:
         super().__init__()
         self.host, self.port, self._token = host, port, token
+        self._prefix = prefix.encode()
         self._timeout = timeout
         self.retry_s = float(os.environ.get(RETRY_ENV, "300"))
         self._local = threading.local()
@@ -108,6 +114,9 @@ class NetworkStore(dist.Store):
                 raise StoreError(f"the elastic store refused: {(out[0] if out else b'').decode(errors='replace')}")
             return out
 
+    def _key(self, key) -> bytes:
+        return self._prefix + _bytes(key)
+
     def _timeout_ms(self, timeout: timedelta | None = None) -> int:
         return int((timeout if timeout is not None else self._timeout).total_seconds() * 1000)
 
@@ -126,28 +135,28 @@ class NetworkStore(dist.Store):
         self._timeout = timeout
 
     def set(self, key: str, value) -> None:
-        self._call(wire.SET, [_bytes(key), _bytes(value)])
+        self._call(wire.SET, [self._key(key), _bytes(value)])
 
     def get(self, key: str) -> bytes:
-        return self._call(wire.GET, [_bytes(key)], self._timeout_ms())[0]
+        return self._call(wire.GET, [self._key(key)], self._timeout_ms())[0]
 
     def add(self, key: str, amount: int) -> int:
-        return int(self._call(wire.ADD, [_bytes(key), str(int(amount)).encode()])[0])
+        return int(self._call(wire.ADD, [self._key(key), str(int(amount)).encode()])[0])
 
     def check(self, keys: list[str]) -> bool:
-        return self._call(wire.CHECK, [_bytes(k) for k in keys])[0] == b"1"
+        return self._call(wire.CHECK, [self._key(k) for k in keys])[0] == b"1"
 
     def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
-        self._call(wire.WAIT, [_bytes(k) for k in keys], self._timeout_ms(timeout))
+        self._call(wire.WAIT, [self._key(k) for k in keys], self._timeout_ms(timeout))
 
     def compare_set(self, key: str, expected, desired) -> bytes:
-        return self._call(wire.COMPARE_SET, [_bytes(key), _bytes(expected), _bytes(desired)])[0]
+        return self._call(wire.COMPARE_SET, [self._key(key), _bytes(expected), _bytes(desired)])[0]
 
     def append(self, key: str, value) -> None:
-        self._call(wire.APPEND, [_bytes(key), _bytes(value)])
+        self._call(wire.APPEND, [self._key(key), _bytes(value)])
 
     def delete_key(self, key: str) -> bool:
-        return self._call(wire.DELETE, [_bytes(key)])[0] == b"1"
+        return self._call(wire.DELETE, [self._key(key)])[0] == b"1"
 
     def num_keys(self) -> int:
         return int(self._call(wire.NUM_KEYS, [])[0])
@@ -163,7 +172,7 @@ class NetworkStore(dist.Store):
         return True
 
 
-def from_url(value: str, timeout: timedelta) -> NetworkStore | None:
+def from_url(value: str, timeout: timedelta, prefix: str = "") -> NetworkStore | None:
     """The NetworkStore for GEOTRAIN_ELASTIC_STORE=geotrain-store://HOST:PORT (token from the file named by
     GEOTRAIN_ELASTIC_STORE_TOKEN_FILE); None when `value` is a file path."""
     address = wire.parse_url(value)
@@ -172,4 +181,4 @@ def from_url(value: str, timeout: timedelta) -> NetworkStore | None:
     token_file = os.environ.get(TOKEN_FILE_ENV)
     if not token_file:
         raise SystemExit(f"{value} needs {TOKEN_FILE_ENV}: the file holding the workspace's store token")
-    return NetworkStore(*address, wire.read_token(token_file), timeout=timeout)
+    return NetworkStore(*address, wire.read_token(token_file), timeout=timeout, prefix=prefix)

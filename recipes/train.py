@@ -114,6 +114,8 @@ class Trainer:
         out = {"bytes_sent": self.wire.bytes_sent}
         if self.lan is not None:
             out["lan_bytes"] = self.lan.bytes_sent
+        elif getattr(self.wire, "lan_bytes", 0):  # elastic across datacenters (recipes.elastic_groups)
+            out["lan_bytes"] = self.wire.lan_bytes
         return out
 
     def _check_fragments(self, state: dict) -> None:

@@ -146,7 +146,8 @@ def test_gloo_all_reduce_through_the_network_store(server, size, tmp_path):
         "pg = dist.ProcessGroupGloo(dist.PrefixStore('g/', store), rank, size, timedelta(seconds=60))\n"
         "t = torch.full((1000,), float(rank + 1))\n"
         "pg.allreduce([t]).wait()\n"
-        "print(t[0].item(), t[-1].item())\n")
+        "print(t[0].item(), t[-1].item())\n"
+        "del pg  # its threads joined here, not torn down by the interpreter's exit (SIGABRT)\n")
     token_file = tmp_path / "token"
     fd = os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, TOKEN)

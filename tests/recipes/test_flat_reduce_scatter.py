@@ -217,7 +217,7 @@ def _wires_rank(rank: int) -> dict:
 
     import torch.distributed as dist
 
-    from recipes.elastic import ElasticWire
+    from recipes.elastic_groups import ElasticWire
 
     gen = torch.Generator().manual_seed(rank)
     xs = [torch.randn(NUMEL, generator=gen) for _ in range(3)]
