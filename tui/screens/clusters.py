@@ -156,6 +156,8 @@ class ClustersScreen(TableScreen):
     @on(DataTable.RowHighlighted, "#clusters")
     def _details(self) -> None:
         name = self.selected_key()
+        if name is None and self.loaded:  # the filter hides every cluster
+            self.query_one(CheckResults).show("", None, self.app.clock())
         if name in self.clusters:
             cordoned = {node: on for (cluster, node), on in self.cordoned.items() if cluster == name}
             self.query_one(CheckResults).show(name, self.checks.get(name), self.app.clock(),
@@ -213,7 +215,7 @@ class ClustersScreen(TableScreen):
         from core.kubernetes.cordon import why_not_applicable
 
         if why := why_not_applicable(self.clusters[cluster]):
-            self.notify(f"Cordon does not apply: {why}", severity="warning", markup=False)
+            self.notify(f"{'Cordon' if cordon else 'Uncordon'} does not apply: {why}", severity="warning", markup=False)
             return
         node = self.query_one(CheckResults).highlighted_node()
         if node is None:

@@ -59,6 +59,8 @@ def link_rows(result: dict) -> list[tuple]:
 
 
 def summary(cluster: str, result: dict | None, now: float) -> Text:
+    if not cluster:
+        return Text("No cluster matches the filter (esc clears it).", style="dim")
     if result is None:
         return Text.assemble((cluster, "bold"), "  not checked yet. Press ", ("k", "bold"),
                              " to burn in each device and time an all-reduce of the presets' size.")
