@@ -211,6 +211,8 @@ class Membership:
                 self._send_state(f"{key}/all/", members, live[0])
             if self.rank == live[0]:
                 self.store.set("outer/current", str(s))
+                if s > 2 and hasattr(self.store, "delete_prefix"):  # the network store: bounded keys
+                    self.store.delete_prefix(f"q/{s - 2}/")  # nobody reads a quorum two steps behind
             return
         raise ElasticError(f"outer step {s} failed {MAX_ATTEMPTS} times")
 
@@ -330,9 +332,11 @@ def from_env(rank: int, world: int, algorithm: str) -> Membership | None:
 
 
 def datacenter_from_env() -> str:
-    """GEOTRAIN_DATACENTER: a name of letters, digits, '.', '_' or '-' (it is written into the store's
+    """GEOTRAIN_DATACENTER (else dc<GEOTRAIN_DC_INDEX>): a name of letters, digits, '.', '_' or '-' (it is written into the store's
     member lists, whose separators are ':' and ';'); empty when unset."""
     name = os.environ.get(DATACENTER_ENV, "")
+    if not name and os.environ.get("GEOTRAIN_DC_INDEX", "").isdigit():  # a launcher's topology (recipes.topology)
+        name = f"dc{int(os.environ['GEOTRAIN_DC_INDEX'])}"
     if name and not re.fullmatch(r"[A-Za-z0-9._-]{1,63}", name):
         raise SystemExit(f"{DATACENTER_ENV}={name[:80]!r} is not a datacenter name: use 1-63 letters, digits, '.', '_' or '-'")
     return name

@@ -24,7 +24,9 @@ quorum stores member lists and gloo's addresses; model state moves over gloo, no
 authenticate its first request. Nothing is pickled or evaluated: keys and values are bytes.
 
 Operations (what torch.distributed's gloo rendezvous, PrefixStore and recipes.elastic call):
-set, get (waits up to a timeout), add, check, wait, compare_set, append, delete_key, num_keys.
+set, get (waits up to a timeout), add, check, wait, compare_set, append, delete_key, num_keys; and
+delete_prefix, with which recipes.elastic drops the keys of outer steps two behind (a long run with a
+short H would otherwise fill the 200,000 keys in hours).
 
     python -m recipes.elastic_store --host 0.0.0.0 --port 29401 --token-file /var/run/geotrain/store-token
 """
@@ -63,7 +65,7 @@ MAX_WAIT_MS = 3_600_000
 URL = re.compile(r"geotrain-store://([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]{2,39}\]):([0-9]{1,5})")
 
 # ops
-SET, GET, ADD, CHECK, WAIT, COMPARE_SET, APPEND, DELETE, NUM_KEYS = range(1, 10)
+SET, GET, ADD, CHECK, WAIT, COMPARE_SET, APPEND, DELETE, NUM_KEYS, DELETE_PREFIX = range(1, 11)
 # statuses
 OK, TIMEOUT, MISSING, REFUSED = range(4)
 
@@ -193,7 +195,7 @@ class Table:
         return True
 
     def apply(self, op: int, timeout_ms: int, args: list[bytes]) -> tuple[int, list[bytes]]:
-        if op in (SET, GET, ADD, COMPARE_SET, APPEND, DELETE) and (not args or len(args[0]) > MAX_KEY):
+        if op in (SET, GET, ADD, COMPARE_SET, APPEND, DELETE, DELETE_PREFIX) and (not args or len(args[0]) > MAX_KEY):
             return REFUSED, [f"a key of at most {MAX_KEY} bytes is needed".encode()]
         if op in (CHECK, WAIT) and any(len(k) > MAX_KEY for k in args):
             return REFUSED, [f"keys are at most {MAX_KEY} bytes".encode()]
@@ -245,6 +247,11 @@ class Table:
             if old is not None:
                 self.total -= len(key) + len(old)
             return OK, [b"1" if old is not None else b"0"]
+        if op == DELETE_PREFIX and len(args) == 1 and args[0]:
+            gone = [k for k in self.data if k.startswith(args[0])]
+            for k in gone:
+                self.total -= len(k) + len(self.data.pop(k))
+            return OK, [str(len(gone)).encode()]
         if op == NUM_KEYS and not args:
             return OK, [str(len(self.data)).encode()]
         return REFUSED, [b"unknown operation or wrong arguments"]

@@ -158,6 +158,10 @@ class NetworkStore(dist.Store):
     def delete_key(self, key: str) -> bool:
         return self._call(wire.DELETE, [self._key(key)])[0] == b"1"
 
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key under `prefix` (after this store's own prefix); how many were deleted."""
+        return int(self._call(wire.DELETE_PREFIX, [self._key(prefix)])[0])
+
     def num_keys(self) -> int:
         return int(self._call(wire.NUM_KEYS, [])[0])
 

@@ -99,10 +99,12 @@ class Trainer:
 
     def _datacenters(self) -> Wire | None:
         """The LAN wire when the workers form several datacenters (and the WAN one becomes self.wire)."""
+        if self.membership is not None:  # the elastic pool groups by GEOTRAIN_DATACENTER itself (recipes.elastic)
+            return None
         place = topology.resolve(self.rt.rank, self.rt.world_size, self.cfg.datacenters)
         if not place.hierarchical or self.comp.algorithm == "ddp":
             return None
-        if self.membership is not None or not self.rt.distributed:
+        if not self.rt.distributed:
             raise topology.TopologyError("hierarchical DiLoCo needs one torchrun group (not the elastic pool)")
         say(self.rt.rank, f"hierarchical DiLoCo: {place.describe()}"
                           + (" (overlapped exchange)" if self.cfg.diloco.overlap else ""))

@@ -83,7 +83,10 @@ class Cluster:
                "LOCAL_RANK": str(rank % self.per_dc), "LOCAL_WORLD_SIZE": str(self.per_dc),
                "GEOTRAIN_ELASTIC_STORE": self.url, "GEOTRAIN_ELASTIC_GEN": "0",
                "GEOTRAIN_ELASTIC_STORE_TOKEN_FILE": str(self.folder / "store-token"),
-               "GEOTRAIN_DATACENTER": f"dc{dc}", "GLOO_SOCKET_IFNAME": netns.IFACE if ns else "lo"}
+               "GEOTRAIN_DATACENTER": f"dc{dc}", "GLOO_SOCKET_IFNAME": netns.IFACE if ns else "lo",
+               # the topology a Kubernetes launcher also sets (recipes.topology): the elastic pool groups by it
+               "GEOTRAIN_DC_INDEX": str(dc), "GEOTRAIN_DC_COUNT": str(self.dcs),
+               "GEOTRAIN_DC_RANK": str(rank % self.per_dc), "GEOTRAIN_DC_SIZE": str(self.per_dc)}
         args = ["--config", str(ROOT / "recipes/configs/gpt-neo/tiny.yaml"), "gradient_compression=low",
                 f"steps={self.steps}", f"diloco.inner_steps={self.inner}", f"seed={self.seed}", "device=cpu",
                 f"out_dir={self.out_dir}", "logging.wandb=false", "logging.log_every=1", "checkpoint.every=0",

@@ -73,6 +73,11 @@ def test_operations_torch_calls(server):
     with pytest.raises(RuntimeError, match="timed out"):
         store.wait(["never"], timedelta(seconds=0.2))
     assert server.snapshot("l") == {"l": b"1;2;", "later": b"v"}
+    prefixed = NetworkStore("127.0.0.1", server.port, TOKEN, timeout=timedelta(seconds=5), prefix="gen0/")
+    prefixed.set("q/1/0/members", "0:live:-1;")
+    prefixed.set("q/10/0/members", "0:live:-1;")
+    assert prefixed.check(["q/1/0/members"]) and "gen0/q/1/0/members" in server.snapshot("gen0/")
+    assert prefixed.delete_prefix("q/1/") == 1 and sorted(server.snapshot("gen0/")) == ["gen0/q/10/0/members"]
 
 
 def test_wrong_token_is_refused_and_logged_without_secrets(server):
