@@ -91,7 +91,7 @@ class ClustersScreen(TableScreen):
         yield Input(placeholder="filter: name, kind, status, nodes…", id="filter", classes="hidden")
         yield RecordTable(id="clusters", cursor_type="row", zebra_stripes=True)
         yield CheckResults(id="check")
-        yield Static("", id="check-progress", classes="hint")
+        yield Static("", id="check-progress", classes="hint hidden")
         yield Footer()
 
     def _on_mount(self) -> None:  # TableScreen.on_mount runs too (Textual calls each class's handler)
@@ -191,7 +191,7 @@ class ClustersScreen(TableScreen):
         if self.checking:
             line.update(Text(f"Checking {self.checking}: burning in each device, then an all-reduce of the "
                              f"presets' payload… {self.app.clock() - self.started:.0f}s"))
-        line.display = bool(self.checking)
+        line.set_class(not self.checking, "hidden")  # hidden from the first frame: no line that comes and goes
 
     @on(CheckFinished)
     def _checked(self, message: CheckFinished) -> None:
