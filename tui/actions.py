@@ -7,7 +7,7 @@ from textual.screen import Screen
 
 from core.domain.terminal_text import printable
 from core.errors import GeotrainError
-from tui.messages import WorkspaceDeleted
+from tui.messages import CordonDone, WorkspaceDeleted
 from tui.modals.confirm import ConfirmScreen
 from tui.modals.export_dir import ExportDirScreen
 
@@ -64,3 +64,18 @@ def _export(screen: Screen, workspace_id: str, directory: str) -> None:
 def _delete(screen: Screen, workspace_id: str) -> None:
     screen.app.service.delete(workspace_id)
     screen.post_message(WorkspaceDeleted(workspace_id))
+
+
+@work(thread=True, exit_on_error=False, group="cordon", name="Cordon")
+def cordon_node(screen: Screen, node: str, cordon: bool, cluster: str | None = None) -> None:
+    """Cordon or uncordon `node` (core.kubernetes.cordon: its cluster named, or the one listing it) and
+    post CordonDone to `screen`; a refusal (local, unknown node, no rights) is one line."""
+    from core.kubernetes.cordon import set_cordon  # the kubernetes client loads with the first cordon
+
+    app = screen.app
+    try:
+        done = set_cordon(app.service.store, node, cordon, cluster)
+    except GeotrainError as exc:
+        app.call_from_thread(app.notify, printable(str(exc)), severity="error", markup=False)
+        return
+    screen.post_message(CordonDone(done.cluster, done.node, done.unschedulable, done.sentence()))

@@ -80,6 +80,16 @@ class NodesLoaded(Message):
 
 
 @dataclass
+class CordonDone(Message):
+    """A node was cordoned (unschedulable) or uncordoned; `sentence` says so in words."""
+
+    cluster: str
+    node: str
+    unschedulable: bool
+    sentence: str
+
+
+@dataclass
 class PlanAdvice(Message):
     """The WAN planner's advice for the deploy form's choices `key` (cluster, model, size, workers):
     the text shown, the plan for `ctrl+r` (None when there is no estimate) and why there is none."""

@@ -122,3 +122,64 @@ def test_the_nodes_view_shows_a_nodes_last_check(app, seeded):
             assert "last check on eu-west: FAILING" in details
             assert "rank 0's memory test read back 12 wrong bytes" in details
     asyncio.run(run())
+
+
+def test_a_kept_result_holding_markup_is_shown_literally(geotrain_home):
+    """Node names, devices and reasons come from ranks and tools (a peer could write them): shown as written."""
+    import json
+
+    from core.domain.check_results import judge
+    from tui.cluster_check_runner import SETTING
+
+    service = WorkspaceService()
+    hostile = "[@click=app.quit]x[/]"
+    rank = {"rank": 0, "device": f"[bold red]{hostile}", "matmul_flops": 1e12, "memory_tested": 1 << 20,
+            "memory_errors": 3, "reduce_bytes": 1 << 20, "reduce_seconds": 0.01, "busbw": 1e9, "world": 1,
+            "backend": "[/]"}
+    result = judge("local", f"n[/]{hostile}", [rank], [], [], 1, at=states.NOW)
+    service.store.set_setting(SETTING.format("local"), json.dumps(result))
+    app = make_app(service, **states.app_options())
+
+    async def run():
+        async with app.run_test(size=(180, 40)) as pilot:
+            await pilot.press("4")
+            await on_screen(pilot, ClustersScreen)
+            await until(pilot, lambda: cells(app, "#check-devices"))
+            row = cells(app, "#check-devices")[0]
+            assert row[0] == f"n[/]{hostile}" and row[2] == f"[bold red]{hostile}"
+            assert "read back 3 wrong bytes" in shown(app, "#check-summary") and app.is_running
+    asyncio.run(run())
+
+
+def test_c_in_the_nodes_view_cordons_a_pool_node_of_a_wizard_built_cluster(fake, kubeconfig, seeded):  # noqa: F811
+    """fra-1 of the pool is a k3s node of a wizard-built cluster whose kubeconfig reaches the stand-in API
+    server (as core/bootstrap/deploy.py records it): c there patches fra-1's Node; ams-2, in no such
+    cluster, is one line."""
+    from core.domain.records import Cluster
+    from core.state.cluster_records import save_cluster
+    from tui.screens.nodes import NodesScreen
+
+    service, _ = seeded
+    fake.nodes = [*copy.deepcopy(fake.nodes), {"metadata": {"name": "fra-1"}, "status": {"allocatable": {}}}]
+    save_cluster(service.store, Cluster(name="k3s-east", kind="geotrain", kubeconfig_path=kubeconfig), create=True)
+    with service.store.write() as conn:
+        conn.execute("INSERT INTO cluster_nodes(cluster, node, role, mesh_ip, state) VALUES (?,?,?,?,?)",
+                     ("k3s-east", "fra-1", "server", "10.90.0.1", "{}"))
+    app = make_app(service, **states.app_options())
+
+    async def run():
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.press("2")
+            await on_screen(pilot, NodesScreen)
+            table = app.screen.query_one(DataTable)
+            await until(pilot, lambda: table.row_count == 2)
+            table.move_cursor(row=table.get_row_index("fra-1"))
+            await pilot.press("c")
+            await until(pilot, lambda: fake.patches)
+            assert fake.patches == [("fra-1", "application/strategic-merge-patch+json", {"spec": {"unschedulable": True}})]
+            await until(pilot, lambda: "fra-1 on k3s-east is now cordoned: no new pods are scheduled on it." in notes(app))
+            table.move_cursor(row=table.get_row_index("ams-2"))
+            await pilot.press("u")
+            await until(pilot, lambda: any("no cluster built here lists node 'ams-2'" in n for n in notes(app)))
+            assert len(fake.patches) == 1
+    asyncio.run(run())

@@ -19,6 +19,7 @@ from core.errors import GeotrainError
 from tui import formatting
 from tui.screens.table_screen import TableScreen
 from tui.widgets.check_results import CheckResults, failing_nodes
+from tui.messages import CordonDone
 from tui.widgets.record_table import RecordTable
 
 COLUMNS = ("name", "kind", "status", "nodes", "last check")
@@ -37,13 +38,6 @@ class CheckFinished(Message):
     cluster: str
     result: dict | None
     error: str = ""
-
-
-@dataclass
-class CordonDone(Message):
-    node: str
-    unschedulable: bool
-    sentence: str
 
 
 def members(cluster: Cluster) -> list[str]:
@@ -221,25 +215,15 @@ class ClustersScreen(TableScreen):
         if node is None:
             self.notify(f"{cluster} lists no nodes yet: press k to check it first", severity="warning", markup=False)
             return
-        self._cordon(cluster, node, cordon)
+        from tui.actions import cordon_node
+
+        cordon_node(self, node, cordon, cluster)
 
     def action_uncordon(self) -> None:
         self.action_cordon(cordon=False)
 
-    @work(thread=True, exit_on_error=False, group="cordon", name="Cordon")
-    def _cordon(self, cluster: str, node: str, cordon: bool) -> None:
-        from core.kubernetes.cordon import set_cordon
-
-        try:
-            done = set_cordon(self.app.service.store, node, cordon, cluster)
-        except GeotrainError as exc:
-            self.app.call_from_thread(self.notify, printable(str(exc)), severity="error", markup=False)
-            return
-        self.post_message(CordonDone(f"{cluster}/{node}", done.unschedulable, done.sentence()))
-
     @on(CordonDone)
     def _cordoned(self, message: CordonDone) -> None:
-        cluster, node = message.node.split("/", 1)
-        self.cordoned[(cluster, node)] = message.unschedulable
+        self.cordoned[(message.cluster, message.node)] = message.unschedulable
         self.notify(message.sentence, markup=False)
         self._details()

@@ -13,7 +13,7 @@ from core.domain import describe
 from core.domain.records import Node
 from core.domain.terminal_text import printable
 from tui import formatting
-from tui.messages import NodesLoaded
+from tui.messages import CordonDone, NodesLoaded
 from tui.screens.table_screen import TableScreen
 from tui.widgets.record_table import RecordTable
 from tui.modals.confirm import ConfirmScreen
@@ -63,6 +63,8 @@ class NodesScreen(TableScreen):
         Binding("i", "import", "Import…"),
         Binding("r", "refresh_node", "Refresh facts"),
         Binding("d", "remove", "Remove"),
+        Binding("c", "cordon", "Cordon"),
+        Binding("u", "uncordon", "Uncordon"),
         *TableScreen.FILTER_BINDINGS,
     ]
 
@@ -146,3 +148,18 @@ class NodesScreen(TableScreen):
     def _remove(self, name: str) -> None:
         self.app.node_pool.remove(name)
         self.post_message(NodesLoaded(self.app.node_pool.list()))
+
+    def action_cordon(self, cordon: bool = True) -> None:
+        """Keep new pods off the highlighted node (or let them back) in the cluster that lists it, a
+        Kubernetes/k3s one; a node in none, or only in local, is one line saying so."""
+        if (name := self.chosen_key("cordon" if cordon else "uncordon")) is not None:
+            from tui.actions import cordon_node
+
+            cordon_node(self, name, cordon)
+
+    def action_uncordon(self) -> None:
+        self.action_cordon(cordon=False)
+
+    @on(CordonDone)
+    def _cordoned(self, message: CordonDone) -> None:
+        self.notify(message.sentence, markup=False)
