@@ -37,7 +37,7 @@ def node_verdicts(store: Store) -> dict[str, tuple[str, dict]]:
 
 
 def run_check(store: Store, cluster: str, seconds: float = APP_SECONDS, model: str = "gpt-neo",
-              size: str | None = None, preset: str = "medium") -> dict:
+              size: str | None = None, preset: str = "medium", progress=None) -> dict:
     """Check the cluster's devices and collective, keep the result, return it."""
     record = get_cluster(store, cluster)
     if record.kind != "local" and cluster != LOCAL_CLUSTER:
@@ -49,6 +49,9 @@ def run_check(store: Store, cluster: str, seconds: float = APP_SECONDS, model: s
     from core.domain import recipe_catalog
 
     payload = exchange_for(recipe_catalog.presets()[preset], model_params(model, size or default_size(model)))
+    if progress:
+        progress(f"{cluster}: burn-in of each device ({seconds:g} s), then an all-reduce of "
+                 f"{payload.payload_bytes / 1e6:.0f} MB")
     result = check_local(seconds, payload.payload_bytes)
     store.set_setting(SETTING.format(cluster), json.dumps(result))
     return result

@@ -46,7 +46,8 @@ def test_k_checks_local_and_the_result_is_shown_and_kept(geotrain_home):
             assert "not checked yet" in shown(app, "#check-summary")
             await pilot.press("k")
             await until(pilot, lambda: app.screen.query_one("#check-progress").display)
-            assert "Checking local" in shown(app, "#check-progress")
+            await until(pilot, lambda: "all-reduce of" in shown(app, "#check-progress"))
+            assert shown(app, "#check-progress").startswith("Checking local: local: burn-in of each device (0.2 s)")
             await until(pilot, lambda: " ago): " in shown(app, "#check-summary"), timeout=240)
             assert not app.screen.query_one("#check-progress").display
             devices = cells(app, "#check-devices")

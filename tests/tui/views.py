@@ -267,7 +267,8 @@ def _kept_checks(store) -> None:
     ams["nodes"] += fra["nodes"]
     ams["ok"] = False
     ams["links"] = [{"name": "ams-2 ↔ fra-1 (gloo, over the mesh)", "bytes": 169_585_944, "seconds": 1.62,
-                     "busbw": 1.05e8, "world": 2}]
+                     "busbw": 1.05e8, "world": 2, "a": "ams-2", "b": "fra-1", "kind": "node", "ok": True,
+                     "why": None, "slow": False, "ping_ms": 11.8, "probe_mbit_s": 94.0}]
     store.set_setting(SETTING.format("local"), json.dumps(local))
     store.set_setting(SETTING.format("eu-west"), json.dumps(ams))
 

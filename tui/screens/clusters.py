@@ -34,6 +34,13 @@ class ClustersLoaded(Message):
 
 
 @dataclass
+class CheckProgress(Message):
+    """A stage of the running check, in words ("fra-1: burn-in")."""
+
+    line: str
+
+
+@dataclass
 class CheckFinished(Message):
     cluster: str
     result: dict | None
@@ -78,6 +85,7 @@ class ClustersScreen(TableScreen):
         self.cordoned: dict[tuple[str, str], bool] = {}
         self.checking: str | None = None
         self.pending_check: str | None = None
+        self.stage = ""
         self.started = 0.0
 
     def compose(self) -> ComposeResult:
@@ -166,6 +174,7 @@ class ClustersScreen(TableScreen):
             self.notify(f"{self.checking} is being checked; wait for it to end", severity="warning", markup=False)
             return
         self.checking, self.started = name, self.app.clock()
+        self.stage = "burning in each device, then an all-reduce of the presets' payload"
         self._progress()
         self._check(name)
 
@@ -174,7 +183,9 @@ class ClustersScreen(TableScreen):
         from tui.cluster_check_runner import run_check
 
         try:
-            result = run_check(self.app.service.store, name, **self.app.check_options)
+            result = run_check(self.app.service.store, name,
+                               progress=lambda line: self.post_message(CheckProgress(printable(line)[:200])),
+                               **self.app.check_options)
         except GeotrainError as exc:
             self.post_message(CheckFinished(name, None, printable(str(exc))))
             return
@@ -183,9 +194,13 @@ class ClustersScreen(TableScreen):
     def _progress(self) -> None:
         line = self.query_one("#check-progress", Static)
         if self.checking:
-            line.update(Text(f"Checking {self.checking}: burning in each device, then an all-reduce of the "
-                             f"presets' payload… {self.app.clock() - self.started:.0f}s"))
+            line.update(Text(f"Checking {self.checking}: {self.stage}… {self.app.clock() - self.started:.0f}s"))
         line.set_class(not self.checking, "hidden")  # hidden from the first frame: no line that comes and goes
+
+    @on(CheckProgress)
+    def _stage(self, message: CheckProgress) -> None:
+        self.stage = message.line
+        self._progress()
 
     @on(CheckFinished)
     def _checked(self, message: CheckFinished) -> None:

@@ -15,7 +15,7 @@ from core.domain.terminal_text import printable
 from tui import formatting
 
 DEVICE_COLUMNS = ("node", "rank", "device", "matmul TFLOP/s", "datasheet", "memory test", "ECC / Xid", "verdict")
-LINK_COLUMNS = ("link", "payload MB", "all-reduce ms", "bus GB/s")
+LINK_COLUMNS = ("link", "payload MB", "all-reduce ms", "bus GB/s", "ping ms", "probe Mbit/s", "verdict")
 
 
 def _gpu_health(node: dict) -> str:
@@ -37,9 +37,9 @@ def device_rows(result: dict) -> list[tuple]:
             rows.append((node["name"], d["rank"], d["device"], f"{d['matmul_flops'] / 1e12:.3g}",
                          f"{expected / 1e12:.0f}" if expected else "-", memory, _gpu_health(node),
                          formatting.status("OK") if d.get("ok") else Text("SLOW/BAD", style="bold red")))
-        if not node.get("devices"):
-            rows.append((node["name"], "-", "-", "-", "-", "-", _gpu_health(node),
-                         Text("NO RESULT", style="bold red")))
+        if not node.get("devices"):  # 'burn_in': why none ran there (e.g. no torch on the node)
+            rows.append((node["name"], "-", node.get("burn_in") or "-", "-", "-", "-", _gpu_health(node),
+                         Text("NO RESULT", style="bold red") if not node.get("ok", False) else Text("no burn-in", style="dim")))
     return rows
 
 
@@ -54,7 +54,16 @@ def link_rows(result: dict) -> list[tuple]:
     def ms(seconds: float) -> str:
         return f"{seconds * 1000:,.0f}" if seconds >= 0.1 else f"{seconds * 1000:.3g}"
 
-    return [(link["name"], f"{link['bytes'] / 1e6:.3g}", ms(link["seconds"]), f"{link['busbw'] / 1e9:.3g}")
+    def figure(value, fmt: str) -> str:
+        return "-" if not isinstance(value, (int, float)) else format(value, fmt)
+
+    def verdict(link: dict) -> Text:
+        if link.get("ok") is False:
+            return Text("FAILED" + (f": {link['why']}" if link.get("why") else ""), style="bold red")
+        return Text("SLOW", style="bold yellow") if link.get("slow") else formatting.status("OK")
+
+    return [(link["name"], f"{link['bytes'] / 1e6:.3g}", ms(link["seconds"]), f"{link['busbw'] / 1e9:.3g}",
+             figure(link.get("ping_ms"), ".2f"), figure(link.get("probe_mbit_s"), ".0f"), verdict(link))
             for link in result.get("links") or []]
 
 
@@ -71,6 +80,10 @@ def summary(cluster: str, result: dict | None, now: float) -> Text:
     for node in result.get("nodes") or []:
         for why in node.get("why") or []:
             text.append("\n✗ ", style="bold red").append(printable(f"{node['name']}: {why}"))
+    for why in result.get("why") or []:  # cluster-level: failed links
+        text.append("\n✗ ", style="bold red").append(printable(str(why)))
+    if result.get("slow_link"):
+        text.append("\n! ", style="bold yellow").append(printable(f"slowest link: {result['slow_link']}"))
     return text
 
 
