@@ -223,6 +223,7 @@ class Membership:
         if len(dcs) < 2 or not self._hierarchical:
             self.wire.use(flat, len(live))
             self.wire.weight = dc_weight(self.rank, dcs) if len(dcs) > 1 else 1.0
+            self.wire.inside_dc = bool(self.dc) and len(dcs) == 1
             return
         name, mine = next((n, r) for n, r in dcs.items() if self.rank in r)
         local = self._group(f"{key}/dc/{name}/", mine)

@@ -14,6 +14,8 @@ weighs as one datacenter, and one that is gone entirely is simply not in the ave
   each member scales its pseudo-gradient by members / (datacenters x its datacenter's members)
   before encoding, so the plain mean of the decoded payloads is the mean over datacenters.
   All of that group's bytes are counted as WAN bytes (an upper bound: a ring keeps some inside).
+- when the members present are all in one named datacenter (the others lost), their exchange stays
+  inside it and is counted in `lan_bytes`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class ElasticWire(Wire):
         self.local_size = self.wan_size = 1
         self.lan_bytes = 0
         self.weight = 1.0
+        self.inside_dc = False  # this outer step's members are all in one named datacenter
 
     def use(self, flat, world: int | None = None, local=None, wan=None, local_size: int = 1,
             wan_size: int = 1) -> None:
@@ -70,7 +73,14 @@ class ElasticWire(Wire):
 
     def release(self) -> None:
         self.use(None)
-        self.weight = 1.0
+        self.weight, self.inside_dc = 1.0, False
+
+    def _count(self, nbytes: int) -> None:
+        """A collective over every member: inside one datacenter (only its members present) it is LAN."""
+        if self.inside_dc:
+            self.lan_bytes += nbytes
+        else:
+            self.bytes_sent += nbytes
 
     @property
     def hierarchical(self) -> bool:
@@ -103,7 +113,7 @@ class ElasticWire(Wire):
         size = tensor.numel() * tensor.element_size()
         if not self.hierarchical:
             n = self.world_size
-            self.bytes_sent += 2 * (n - 1) * size // n
+            self._count(2 * (n - 1) * size // n)
             return timed(self._group().allreduce([tensor]))
         with network_wait():
             if self.local is not None:  # my datacenter's mean
@@ -124,7 +134,7 @@ class ElasticWire(Wire):
     def all_gather(self, payload: torch.Tensor, async_op: bool = False):
         if self.world_size == 1:
             return (None, [payload]) if async_op else [payload]
-        self.bytes_sent += (self.world_size - 1) * payload.numel() * payload.element_size()
+        self._count((self.world_size - 1) * payload.numel() * payload.element_size())
         out = [torch.empty_like(payload) for _ in range(self.world_size)]
         work = self._group().allgather([out], [payload.contiguous()])
         if async_op:

@@ -65,6 +65,9 @@ def test_a_datacenter_lost_and_rejoining(wan, tmp_path):
     assert cluster.starts == {0: 1, 1: 1, 2: 1, 3: 1}  # no process of either datacenter was restarted
     finals = cluster.finals()
     assert all(torch.equal(finals[0], f) for f in finals[1:])  # ranks equal after the rejoin
+    alone = [e for e in cluster.events(0, "outer_step") if e["step"] in _solo_steps(cluster)]
+    # while alone, datacenter 0's exchange stayed inside it: no WAN bytes, its LAN bytes grew
+    assert len({e["wan_bytes"] for e in alone}) == 1 and alone[-1]["lan_bytes"] > alone[0]["lan_bytes"]
     last = cluster.events(0, "outer_step")[-1]
     assert last["datacenters"] == {"dc0": [0, 1], "dc1": [2, 3]}
     result = cluster.result()
