@@ -30,9 +30,12 @@ ALLOWED = {
                           "core.kubernetes"},
     "core.workspaces": {"core.errors", "core.schema", "core.domain", "core.state", "core.backends",
                         "core.kubernetes", "core.nodes"},
+    # the `clusters check` service (local, SSH, Kubernetes ways), beside core.workspaces
+    "core.cluster_checks": {"core.errors", "core.schema", "core.domain", "core.state", "core.planner",
+                            "core.bootstrap", "core.backends", "core.kubernetes"},
     "core.cli": {"core.errors", "core.schema", "core.domain", "core.state", "core.nodes",
                  "core.kubernetes", "core.planner", "core.bootstrap", "core.backends", "core.workspaces",
-                 "core.requirements"},
+                 "core.requirements", "core.cluster_checks"},
 }
 
 

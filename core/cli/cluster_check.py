@@ -1,18 +1,18 @@
 """`geotrain clusters check NAME`: a short burn-in of every device and an all-reduce of the size the
-presets send (issue 43); results kept in the state database and shown again with --last. On
-`local` only so far (this machine as one node)."""
+presets send (issue 43), on `local` (this machine as one node), on a cluster geotrain built over SSH
+(every node; every pair of nodes over the mesh) and on a registered Kubernetes cluster (the Volcano
+check job). Results kept in the state database (core.cluster_checks) and shown again with --last."""
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 
 from core.cli.output import dump_json, table
+from core.cluster_checks import SETTING, last_check, payload_bytes, run_check  # noqa: F401 (SETTING: app)
 from core.domain import limits
-from core.errors import InvalidInput, NotFound
+from core.errors import NotFound
 from core.state.store import LOCAL_CLUSTER, Store
-
-SETTING = "cluster_check/{}"
 
 
 def register(groups) -> None:
@@ -23,40 +23,23 @@ def register(groups) -> None:
     p.add_argument("--model", default="gpt-neo", complete="model", help="whose payload to all-reduce (default gpt-neo)")
     p.add_argument("--size", complete="size", help="model size (default: the smallest real one)")
     p.add_argument("--preset", default="medium", help="whose exchange to size it by (default medium)")
+    p.add_argument("--python", metavar="PATH", help="the nodes' Python with torch (default: python3 on the login "
+                                                      "PATH, then /usr/bin/python3); SSH clusters only")
     p.add_argument("--last", action="store_true", help="show the last check's results, run nothing")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_check)
 
 
-def payload_bytes(model: str, size: str | None, preset: str) -> int:
-    """What one rank hands the collective per sync for the model under the preset (the planner's figure)."""
-    from core.domain import recipe_catalog
-    from core.planner.cluster_inputs import default_size, model_params
-    from core.planner.wan_what_if import exchange_for
-
-    recipe_catalog.check_choice("preset", preset, list(recipe_catalog.presets()), "--preset")
-    params = model_params(model, size or default_size(model))
-    return exchange_for(recipe_catalog.presets()[preset], params).payload_bytes
-
-
 def cmd_check(args) -> int:
     store = Store()
     if args.last:
-        saved = store.get_setting(SETTING.format(args.name))
-        if saved is None:
+        result = last_check(store, args.name)
+        if result is None:
             raise NotFound(f"cluster {args.name!r} has not been checked", f"run `geotrain clusters check {args.name}`")
-        result = json.loads(saved)
     else:
-        from core.state.cluster_records import get_cluster
-
-        cluster = get_cluster(store, args.name)
-        if cluster.kind != "local" and args.name != LOCAL_CLUSTER:
-            raise InvalidInput(f"clusters check runs on {LOCAL_CLUSTER!r} only so far; {args.name!r} is a "
-                               f"{cluster.kind} cluster", f"run `geotrain clusters check {LOCAL_CLUSTER}`")
-        from core.backends.local.cluster_check import check_local
-
-        result = check_local(args.seconds, payload_bytes(args.model, args.size, args.preset))
-        store.set_setting(SETTING.format(args.name), json.dumps(result))
+        progress = None if args.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+        result = run_check(store, args.name, seconds=args.seconds, model=args.model, size=args.size,
+                           preset=args.preset, python=args.python, progress=progress)
     if args.json:
         dump_json(result)
     else:
@@ -81,7 +64,31 @@ def show(result: dict) -> None:
             print(f"  {node['name']} GPU {gpu['index']} {gpu['name']}: {ecc}, {gpu['temperature_c']} C")
         for why in node["why"]:
             print(f"  {node['name']}: {why}")
+        if node.get("burn_in"):
+            print(f"  {node['name']}: {node['burn_in']}")
     if result["links"]:
-        table(["link", "payload MB", "all-reduce ms", "bus GB/s"],
-              [[link["name"], f"{link['bytes'] / 1e6:.3g}", f"{link['seconds'] * 1000:.3g}", f"{link['busbw'] / 1e9:.3g}"]
-               for link in result["links"]])
+        show_links(result)
+    for line in result.get("notes") or []:
+        print(f"note: {line}")
+
+
+def _figure(value, scale: float, unit: str = "") -> str:
+    return "-" if value is None else f"{value / scale:.3g}{unit}"
+
+
+def show_links(result: dict) -> None:
+    """Per link: the all-reduce's bus bandwidth beside the network matrix's ping and probe rate."""
+    rows = []
+    for link in result["links"]:
+        measured = link.get("ok", True) is not None and link.get("bytes")
+        verdict = "SLOW" if link.get("slow") else ("ok" if link.get("ok", True) else
+                                                    ("not measured" if link.get("ok", True) is None else "FAILED"))
+        rows.append([link["name"], _figure(link["bytes"] if measured else None, 1e6),
+                     _figure(link["seconds"] if measured else None, 1e-3), _figure(link["busbw"] if measured else None, 1e9),
+                     _figure(link.get("ping_ms"), 1), _figure(link.get("probe_mbit_s"), 1), verdict])
+    table(["link", "payload MB", "all-reduce ms", "bus GB/s", "ping ms", "probe Mbit/s", "verdict"], rows)
+    for link in result["links"]:
+        if link.get("why") and link.get("kind") != "datacenters":
+            print(f"  {link['name']}: {link['why']}")
+    if result.get("slow_link"):
+        print(f"slow link: {result['slow_link']}")

@@ -19,31 +19,61 @@ def _number(value, low: float = 0, high: float = 1e21) -> bool:
         and low <= value <= high
 
 
-def parse_rank_line(line: str) -> dict | None:
-    """A rank's `geotrain-check {json}` line with the fields the verdict reads, or None."""
+def _line_data(line: str) -> dict | None:
     if not line.startswith(PREFIX) or len(line) > MAX_LINE:
         return None
     try:
         data = json.loads(line[len(PREFIX):])
     except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict):
-        return None
-    matmul, memory, reduce = (data.get(k) if isinstance(data.get(k), dict) else {} for k in ("matmul", "memory", "all_reduce"))
-    checks = [_number(data.get("rank"), 0, 1 << 20), isinstance(data.get("device"), str), _number(matmul.get("flops")),
-              _number(memory.get("errors"), 0, 1 << 50), _number(memory.get("tested_bytes"), 0, 1 << 50),
-              _number(reduce.get("bytes"), 1, 1 << 40), _number(reduce.get("seconds"), 1e-9, 3600),
-              _number(reduce.get("busbw")), _number(reduce.get("world"), 1, 1 << 20)]
-    if not all(checks):
+    return data if isinstance(data, dict) else None
+
+
+def _section(data: dict, key: str) -> dict:
+    return data.get(key) if isinstance(data.get(key), dict) else {}
+
+
+def _device_fields(data: dict) -> dict | None:
+    matmul, memory = _section(data, "matmul"), _section(data, "memory")
+    if not all([_number(data.get("rank"), 0, 1 << 20), isinstance(data.get("device"), str), _number(matmul.get("flops")),
+                _number(memory.get("errors"), 0, 1 << 50), _number(memory.get("tested_bytes"), 0, 1 << 50)]):
         return None
     return {"rank": int(data["rank"]), "device": printable(data["device"])[:80], "matmul_flops": float(matmul["flops"]),
-            "memory_tested": int(memory["tested_bytes"]), "memory_errors": int(memory["errors"]),
-            "reduce_bytes": int(reduce["bytes"]), "reduce_seconds": float(reduce["seconds"]),
+            "memory_tested": int(memory["tested_bytes"]), "memory_errors": int(memory["errors"])}
+
+
+def _reduce_fields(data: dict) -> dict | None:
+    reduce = _section(data, "all_reduce")
+    if not all([_number(data.get("rank"), 0, 1 << 20), _number(reduce.get("bytes"), 1, 1 << 40),
+                _number(reduce.get("seconds"), 1e-9, 3600), _number(reduce.get("busbw")),
+                _number(reduce.get("world"), 1, 1 << 20)]):
+        return None
+    return {"rank": int(data["rank"]), "reduce_bytes": int(reduce["bytes"]), "reduce_seconds": float(reduce["seconds"]),
             "busbw": float(reduce["busbw"]), "world": int(reduce["world"]),
             "backend": printable(str(reduce.get("backend", "")))[:16]}
 
 
-def _device(rank: dict) -> dict:
+def parse_rank_line(line: str) -> dict | None:
+    """A rank's `geotrain-check {json}` line with the fields the verdict reads, or None."""
+    data = _line_data(line)
+    device = _device_fields(data) if data else None
+    reduce = _reduce_fields(data) if device else None
+    return {**device, **reduce} if reduce else None
+
+
+def parse_device_line(line: str) -> dict | None:
+    """A burn-in line (`recipes.cluster_check --devices`): device, matmul, memory; or None."""
+    data = _line_data(line)
+    return _device_fields(data) if data else None
+
+
+def parse_link_line(line: str) -> dict | None:
+    """A link rank's line (`recipes.cluster_check --link`): the all-reduce only; or None."""
+    data = _line_data(line)
+    return _reduce_fields(data) if data else None
+
+
+def judge_device(rank: dict) -> dict:
     expected = datasheet_flops(rank["device"])
     why = []
     if expected and rank["matmul_flops"] < SLOW_SHARE * expected:
@@ -57,7 +87,7 @@ def _device(rank: dict) -> dict:
 def judge(cluster: str, node: str, ranks: list[dict], gpus: list[dict], xids: list[dict], ranks_started: int,
           at: float | None = None) -> dict:
     """The node's verdict (every rank's device, its GPUs' ECC and Xids) and the link between its ranks."""
-    devices = [_device(r) for r in sorted(ranks, key=lambda r: r["rank"])]
+    devices = [judge_device(r) for r in sorted(ranks, key=lambda r: r["rank"])]
     why = [w for d in devices for w in d["why"]] + gpu_problems(gpus, xids)
     if len(ranks) < ranks_started:
         why.append(f"{ranks_started - len(ranks)} of {ranks_started} ranks gave no result")
@@ -69,3 +99,14 @@ def judge(cluster: str, node: str, ranks: list[dict], gpus: list[dict], xids: li
     return {"cluster": cluster, "checked_at": time.time() if at is None else at, "ok": not why,
             "nodes": [{"name": node, "ok": not why, "why": why, "devices": devices, "gpus": gpus, "xids": xids}],
             "links": links}
+
+
+def judge_node(cluster_node: str, devices: list[dict], gpus: list[dict], xids: list[dict],
+               burn_in: str | None = None, failed: str | None = None) -> dict:
+    """A cluster node's part of the check (over SSH or a pod): its devices' burn-in, its GPUs' ECC and
+    Xids; `burn_in` says in one line why no burn-in ran (no torch there: not a failure of the node),
+    `failed` why the node could not be checked at all (it fails)."""
+    judged = [judge_device(d) for d in sorted(devices, key=lambda d: d["rank"])]
+    why = [w for d in judged for w in d["why"]] + gpu_problems(gpus, xids) + ([failed] if failed else [])
+    return {"name": cluster_node, "ok": not why, "why": why, "devices": judged, "gpus": gpus, "xids": xids,
+            "burn_in": burn_in}
