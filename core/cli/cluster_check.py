@@ -92,3 +92,26 @@ def show_links(result: dict) -> None:
             print(f"  {link['name']}: {link['why']}")
     if result.get("slow_link"):
         print(f"slow link: {result['slow_link']}")
+
+
+def node_check(store: Store, node_name: str, cluster: str | None) -> tuple[dict, dict] | None:
+    """(the cluster's last check, the node's part of it), for `nodes list/show`; None when never checked."""
+    result = last_check(store, cluster) if cluster else None
+    node = next((n for n in (result or {}).get("nodes", []) if n.get("name") == node_name), None)
+    return (result, node) if node else None
+
+
+def node_check_line(result: dict, node: dict) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result["checked_at"]))
+    verdict = "ok" if node["ok"] else "FAILED: " + "; ".join(node["why"])
+    extra = f" ({node['burn_in']})" if node.get("burn_in") else ""
+    return f"checked {when}: {verdict}{extra}"
+
+
+def pair_busbw(result: dict | None) -> dict[tuple[str, str], float]:
+    """The check's bus bandwidth per unordered node pair (both orders as keys), for `clusters show`."""
+    found = {}
+    for link in (result or {}).get("links", []):
+        if link.get("kind") == "node" and link.get("ok"):
+            found[(link["a"], link["b"])] = found[(link["b"], link["a"])] = link["busbw"]
+    return found

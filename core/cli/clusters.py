@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
+from core.cli.cluster_check import pair_busbw
 from core.cli.output import dump_json, table
+from core.cluster_checks import last_check
 from core.state.cluster_records import get_cluster, list_clusters, network_matrix
 from core.state.store import Store
 
@@ -37,14 +40,25 @@ def cmd_show(args) -> int:
     matrix = network_matrix(store, args.name)
     data["network_matrix"] = [{"src": s, "dst": d, "latency_ms": lat, "mbit_s": bw}
                               for s, d, lat, bw in matrix]
+    checked = last_check(store, args.name)
+    data["last_check"] = checked
     if args.json:
         dump_json(data)
         return 0
     for key in ("name", "kind", "status", "nodes", "kubeconfig_path"):
         print(f"{key}: {data[key]}")
+    busbw = pair_busbw(checked)
     if matrix:
-        print("network (measured over the mesh):")
-        table(["from", "to", "latency ms", "mbit/s"],
-              [[s, d, "-" if lat is None else f"{lat:.2f}", "-" if bw is None else f"{bw:.0f}"]
-               for s, d, lat, bw in matrix])
+        print("network (measured over the mesh; all-reduce from the last `clusters check`):")
+        table(["from", "to", "latency ms", "mbit/s", "all-reduce bus GB/s"],
+              [[s, d, "-" if lat is None else f"{lat:.2f}", "-" if bw is None else f"{bw:.0f}",
+                f"{busbw[s, d] / 1e9:.3g}" if (s, d) in busbw else "-"] for s, d, lat, bw in matrix])
+    if checked:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(checked["checked_at"]))
+        failing = [f"{n['name']} ({'; '.join(n['why'])})" for n in checked["nodes"] if not n["ok"]]
+        print(f"last check: {when}, {'all good' if checked['ok'] else 'PROBLEMS'}"
+              + (f"; failing: {', '.join(failing)}" if failing else "")
+              + (f"; slow link: {checked['slow_link']}" if checked.get("slow_link") else ""))
+    else:
+        print(f"last check: never (run `geotrain clusters check {args.name}`)")
     return 0

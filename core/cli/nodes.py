@@ -103,9 +103,16 @@ def _print_nodes(nodes: list[Node], as_json: bool) -> None:
     table(["name", "endpoint", "datacenter", "status", "gpus", "cpu", "mem", "cluster"],
           [[n.name, describe.endpoint(n), *describe.node_table_row(n, none="-"), n.cluster or "-"]
            for n in nodes])
+    from core.cli.cluster_check import node_check, node_check_line
+    from core.state.store import Store
+
+    store = Store()
     for n in nodes:
         for reason in n.blockers:
             print(printable(f"  {n.name}: {reason}"))  # built from the server's facts
+        checked = node_check(store, n.name, n.cluster)
+        if checked and not checked[1]["ok"]:
+            print(printable(f"  {n.name}: {node_check_line(*checked)}"))
 
 
 def cmd_list(args) -> int:
@@ -130,6 +137,12 @@ def cmd_show(args) -> int:
         print(f"{key.ljust(width)}  {value}")
     for reason in node.blockers:
         print(f"{'blocker'.ljust(width)}  {printable(reason)}")
+    from core.cli.cluster_check import node_check, node_check_line
+    from core.state.store import Store
+
+    checked = node_check(Store(), node.name, node.cluster)
+    if checked:
+        print(f"{'check'.ljust(width)}  {printable(node_check_line(*checked))}")
     return 0
 
 

@@ -108,6 +108,15 @@ def test_every_node_and_every_link_over_the_mesh_the_shaped_one_named(cluster):
     assert wireguard_bytes(hosts[0]) - carried > 2 * 2 * 3283236
     assert f"slow link: {shaped['name']}" in done.stdout
     assert f"{shaped['name']}: slow:" in done.stdout
+    shown = subprocess.run([sys.executable, "-m", "core.cli", "clusters", "show", "ck"], cwd=ROOT, capture_output=True,
+                           text=True, env=dict(os.environ, GEOTRAIN_HOME=str(cluster["home"])), timeout=120).stdout
+    print(shown)
+    row = next(line.split() for line in shown.splitlines() if line.split()[:2] == [names[0], names[2]])
+    assert float(row[4]) == float(f"{shaped['busbw'] / 1e9:.3g}")  # the all-reduce beside the ping matrix
+    assert f"all good; slow link: {shaped['name']}" in shown
+    node = subprocess.run([sys.executable, "-m", "core.cli", "nodes", "show", names[1]], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, GEOTRAIN_HOME=str(cluster["home"])), timeout=120).stdout
+    assert any(line.startswith("check") and line.endswith(": ok") for line in node.splitlines()), node
     for host, had in zip(hosts, before):  # nothing written to the nodes; no check process left
         assert set(host.run("ls -A /run/geotrain").stdout.split()) <= had
         assert "from recipes import cluster_check" not in host.run("ps -eo args").stdout  # the stub's own line
