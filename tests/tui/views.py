@@ -254,7 +254,7 @@ def _kept_checks(store) -> None:
     import json
 
     from core.domain.check_results import judge
-    from tui.cluster_check_runner import SETTING
+    from core.cluster_checks import SETTING
 
     def rank(r: int, device: str, flops: float, bad: int = 0, busbw: float = 2.1e9) -> dict:
         return {"rank": r, "device": device, "matmul_flops": flops, "memory_tested": 1 << 30, "memory_errors": bad,

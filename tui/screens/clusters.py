@@ -1,6 +1,7 @@
 """Clusters (issue 43): every cluster with its last `clusters check`; `k` checks the highlighted one in
 a thread (the same core calls and kept result as `geotrain clusters check`), `c`/`u` cordon and
-uncordon the node highlighted in the check's table (Kubernetes and wizard-built k3s clusters)."""
+uncordon the node highlighted in the check's table (Kubernetes and wizard-built k3s clusters). The check
+and the kept result are core.cluster_checks' (local, SSH-built and Kubernetes clusters)."""
 
 from __future__ import annotations
 
@@ -101,8 +102,8 @@ class ClustersScreen(TableScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", name="Loading clusters")
     def _load(self) -> None:
+        from core.cluster_checks import last_check
         from core.state.cluster_records import list_clusters
-        from tui.cluster_check_runner import last_check
 
         store = self.app.service.store
         clusters = list_clusters(store)
@@ -180,7 +181,7 @@ class ClustersScreen(TableScreen):
 
     @work(thread=True, exit_on_error=False, group="check", name="Cluster check")
     def _check(self, name: str) -> None:
-        from tui.cluster_check_runner import run_check
+        from core.cluster_checks import run_check
 
         try:
             result = run_check(self.app.service.store, name,
