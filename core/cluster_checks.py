@@ -6,14 +6,13 @@ core.kubernetes.check_job). The result is kept in the state database (settings '
 
 from __future__ import annotations
 
-import json
 from typing import Callable
 
 from core.errors import InvalidInput
+from core.state.check_records import SETTING, keep, last_check  # noqa: F401 (the app's and CLI's way in)
 from core.state.cluster_records import get_cluster
 from core.state.store import LOCAL_CLUSTER, Store
 
-SETTING = "cluster_check/{}"
 DEFAULT_SECONDS = 3.0
 
 
@@ -26,20 +25,6 @@ def payload_bytes(model: str, size: str | None, preset: str) -> int:
     recipe_catalog.check_choice("preset", preset, list(recipe_catalog.presets()), "--preset")
     params = model_params(model, size or default_size(model))
     return exchange_for(recipe_catalog.presets()[preset], params).payload_bytes
-
-
-def last_check(store: Store, cluster: str) -> dict | None:
-    """The kept result, or None (never checked, or a value this version cannot read)."""
-    saved = store.get_setting(SETTING.format(cluster))
-    try:
-        result = json.loads(saved) if saved else None
-    except ValueError:
-        return None
-    return result if isinstance(result, dict) and isinstance(result.get("nodes"), list) else None
-
-
-def keep(store: Store, cluster: str, result: dict) -> None:
-    store.set_setting(SETTING.format(cluster), json.dumps(result))
 
 
 def run_check(store: Store, name: str, *, seconds: float = DEFAULT_SECONDS, model: str = "gpt-neo",

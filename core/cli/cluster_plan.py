@@ -85,6 +85,8 @@ def cmd_plan(args) -> int:
           f"{result.params:,} params; compute {result.compute_s:g} s/step"
           + ("" if args.step_time else " (assumed; pass --step-time)"))
     print(result.streams.describe())
+    if result.figures is not None:
+        print(result.figures.describe())
     rows = []
     for e in result.estimates:
         mark = "*" if e.preset == result.recommended else ""

@@ -1,7 +1,8 @@
 """Gathers the planner's inputs for a cluster (network matrix, parameter count, presets) and runs it.
 
 `plan_for_cluster()` is what `geotrain clusters plan` and the app's deploy form
-call. The matrix comes from the state store (measured by the cluster wizard),
+call. The matrix comes from the state store (measured by the cluster wizard; each pair's rate
+replaced by the all-reduce its last `clusters check` measured, core.planner.measured_links),
 from a YAML/JSON file (what-if questions before buying capacity), or, for the
 built-in `local` cluster, from loopback figures.
 """
@@ -15,9 +16,11 @@ from typing import Any
 
 
 from core.planner import wan_what_if as planner
+from core.planner.measured_links import Figures, with_measured
 from core.planner.streams import DEFAULT_WINDOW_BYTES, with_streams
 
 from core.domain import recipe_catalog
+from core.state.check_records import last_check
 from core.state.cluster_records import get_cluster, network_matrix
 from core.errors import InvalidInput, NotFound
 from core.schema.user_files import read_user_file
@@ -90,14 +93,22 @@ def default_size(model: str) -> str:
 
 
 def cluster_links(store: Store, cluster: str, workers: int | None) -> list[planner.Link]:
+    return cluster_links_with_figures(store, cluster, workers)[0]
+
+
+def cluster_links_with_figures(store: Store, cluster: str, workers: int | None
+                               ) -> tuple[list[planner.Link], Figures]:
+    """The cluster's links, at the rates its last `clusters check` measured where it did (else the
+    probe's), and which figures those are."""
     record = get_cluster(store, cluster)
     if record.kind == "local" or cluster == LOCAL_CLUSTER:
-        return loopback_links(workers or 2)
+        links = loopback_links(workers or 2)
+        return links, Figures("loopback", 0, len(links))
     links = links_from_store(store, cluster)
     if not links:
         raise NotFound(f"cluster {cluster!r} has no measured network matrix",
                        "re-run the network step of the cluster wizard, or pass --matrix FILE")
-    return links
+    return with_measured(links, last_check(store, cluster))
 
 
 def plan_for_cluster(store: Store | None, cluster: str | None, model: str, size: str | None = None, *,
@@ -112,8 +123,9 @@ def plan_for_cluster(store: Store | None, cluster: str | None, model: str, size:
         raise InvalidInput(f"workers must be at least 1, not {workers}", "pass --workers N")
     if matrix_file is not None:
         links = links_from_file(matrix_file)
+        figures = Figures("file", 0, len(links))
     elif cluster is not None:
-        links = cluster_links(store or Store(), cluster, workers)
+        links, figures = cluster_links_with_figures(store or Store(), cluster, workers)
     else:
         raise InvalidInput("nothing to plan for", "name a cluster or pass --matrix FILE")
     size = size or default_size(model)
@@ -122,4 +134,5 @@ def plan_for_cluster(store: Store | None, cluster: str | None, model: str, size:
     net = planner.bottleneck(links, workers)
     result = planner.plan(recipe_catalog.presets(), count, step_time or DEFAULT_STEP_S, net, target, efficiency)
     result.streams = assumed
+    result.figures = figures
     return result

@@ -205,10 +205,12 @@ class Plan:
     reaches_target: bool = False
     inner_steps: int | None = None  # H to run the recommended DiLoCo preset with (None: DDP)
     streams: Any = None  # core.planner.streams.StreamsAssumed: the parallel streams the rates assume
+    figures: Any = None  # core.planner.measured_links.Figures: measured by `clusters check`, or estimated
 
     def as_dict(self) -> dict[str, Any]:
         return {"network": asdict(self.network), "params": self.params, "compute_s": self.compute_s,
                 "streams": asdict(self.streams) if self.streams is not None else None,
+                "figures": self.figures.as_dict() if self.figures is not None else None,
                 "target_utilization": self.target, "recommended": self.recommended, "overlap": self.overlap,
                 "reaches_target": self.reaches_target, "inner_steps": self.inner_steps,
                 "utilization_at_inner_steps": self.utilization(), "overlap_note": self.overlap_note(),
