@@ -19,6 +19,11 @@ and its pods through the API and:
   is kept as JSON in the workspace's history ConfigMap, which `geotrain workspaces show` reads.
 A restarted watcher reads the history back first, so the budget is never counted twice.
 
+An elastic DiLoCo workspace's quorum store runs in this process (`--store-port`, `--store-token-file`:
+recipes.elastic_store, HMAC-authenticated, behind its Service and NetworkPolicy); each poll its
+view of the quorum (outer step, the datacenters present and their workers) goes into the state,
+and a change of the datacenters present into the history (kind "quorum").
+
 Standard library only (no kubernetes client in the image): in the pod it talks HTTPS to the
 API server with the pod's service-account token and CA; `--api URL` points it elsewhere (tests).
 """
@@ -107,8 +112,11 @@ class Api:
 class Watcher:
     """One workspace's pods, recoveries and history; `poll()` is one idempotent pass."""
 
-    def __init__(self, api: Api, namespace: str, job: str, history: str, budget: int) -> None:
+    def __init__(self, api: Api, namespace: str, job: str, history: str, budget: int, quorum=None) -> None:
+        """`quorum`: the store's quorum_view (recipes.elastic_store.StoreServer), None without a store."""
         self.api, self.namespace, self.job, self.history_name, self.budget = api, namespace, job, history, budget
+        self.quorum = quorum
+        self.present: list[str] | None = None  # the datacenters in the last quorum written down
         self.core = f"/api/v1/namespaces/{namespace}"
         self.history: list[dict] = []
         self.handled: set[str] = set()  # uids of lost pods already acted on
@@ -140,6 +148,9 @@ class Watcher:
             self.waiting[str(name)] = (str(uid), float(at), int(reached) if isinstance(reached, int) else None)
         known = state.get("known") if isinstance(state, dict) else None
         self.known = {str(k): str(v) for k, v in known.items()} if isinstance(known, dict) else {}
+        quorum = state.get("quorum") if isinstance(state, dict) else None
+        if isinstance(quorum, dict) and isinstance(quorum.get("datacenters"), dict):
+            self.present = sorted(str(dc) for dc in quorum["datacenters"])
 
     @property
     def used(self) -> int:
@@ -147,7 +158,9 @@ class Watcher:
 
     def _record(self, kind: str, **detail: Any) -> None:
         self.history.append({"at": time.time(), "kind": kind, "source": "watcher", **detail})
-        del self.history[:-MAX_HISTORY]
+        # over the bound, the oldest entries other than recoveries go first: the budget is counted from these
+        drop = {id(e) for e in [e for e in self.history if e.get("kind") != "recovery"][:max(0, len(self.history) - MAX_HISTORY)]}
+        self.history = [e for e in self.history if id(e) not in drop][-MAX_HISTORY:]
         self.written_at = 0.0  # write now
 
     def _write(self, now: float) -> None:
@@ -178,8 +191,26 @@ class Watcher:
             self._pod(pod, now)
         self.state = {"job_phase": _text(phase), "pods": len(pods),
                       "running": sum((p.get("status") or {}).get("phase") == "Running" for p in pods)}
+        if self.quorum is not None:
+            self._quorum()
         self._write(now)
         return phase not in ENDED_JOB_PHASES
+
+    def _quorum(self) -> None:
+        """The store's view: the newest quorum's outer step and its members by datacenter. A change of
+        the datacenters present (one lost, one back) is written down as it is seen."""
+        view = self.quorum()
+        by_dc = {_text(dc)[:64]: len(ranks) for dc, ranks in sorted((view.get("datacenters") or {}).items())[:64]}
+        step = view.get("outer_step")
+        self.state["quorum"] = {"outer_step": step if isinstance(step, int) else None, "datacenters": by_dc,
+                                "workers": len(view.get("members") or []),
+                                "generation": _text(view.get("generation") or "")[:64]}
+        present = sorted(by_dc)
+        if by_dc and present != self.present:
+            left = [dc for dc in self.present or [] if dc not in present]
+            self._record("quorum", datacenters=present, left=left, outer_step=self.state["quorum"]["outer_step"],
+                         workers=self.state["quorum"]["workers"])
+            self.present = present
 
     def _label(self, name: str) -> str:
         return name.removeprefix(self.job + "-")
@@ -279,11 +310,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-recoveries", type=int, required=True)
     parser.add_argument("--poll-s", type=float, default=5.0)
     parser.add_argument("--api", help="the API server's URL (default: in the cluster, from the pod)")
+    parser.add_argument("--store-port", type=int, help="serve the elastic quorum store on this port")
+    parser.add_argument("--store-token-file", help="the store's token (a Secret's file; never on the command line)")
+    parser.add_argument("--store-host", default="0.0.0.0", help="the address the store listens on")
     args = parser.parse_args(argv)
     if args.max_recoveries < 0 or not 0.05 <= args.poll_s <= 3600:
         parser.error("--max-recoveries must be >= 0 and --poll-s between 0.05 and 3600")
+    if (args.store_port is None) != (args.store_token_file is None) or not 0 <= (args.store_port or 0) < 65536:
+        parser.error("--store-port (0-65535) and --store-token-file go together")
+    quorum = None
+    if args.store_port is not None:
+        from recipes.elastic_store import StoreServer, read_token
+
+        store = StoreServer(args.store_host, args.store_port, read_token(args.store_token_file)).start()
+        quorum = store.quorum_view
+        print(f"geotrain watcher: elastic store on {args.store_host}:{store.port}", flush=True)
     api = Api(args.api) if args.api else Api.in_cluster()
-    watcher = Watcher(api, args.namespace, args.job, args.history, args.max_recoveries)
+    watcher = Watcher(api, args.namespace, args.job, args.history, args.max_recoveries, quorum)
     print(f"geotrain watcher: job {args.job} in {args.namespace}, {watcher.used} of "
           f"{args.max_recoveries} recoveries used", flush=True)
     active = True

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 from kubernetes import client
@@ -33,6 +32,7 @@ from core.kubernetes.registry_auth import pull_secret_name, split_registry_auth,
 from core.kubernetes.recovery_manifests import claim_name, kept_after_delete
 from core.kubernetes.network_policy import policy_name
 from core.kubernetes.watcher_manifests import history_name, watcher_name
+from core.kubernetes.elastic_manifests import HIDDEN, new_token, store_secret_name
 from core.state.secret_store import SecretStore, redact
 from core.domain.wandb_server import server_env
 from core.kubernetes.pod_security import POD_SECURITY_KEY, job_violations
@@ -52,9 +52,11 @@ TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.Core
                "PersistentVolumeClaim": (client.CoreV1Api, "persistent_volume_claim"),
                "NetworkPolicy": (client.NetworkingV1Api, "network_policy"),
                "ServiceAccount": (client.CoreV1Api, "service_account"), "Role": (client.RbacAuthorizationV1Api, "role"),
-               "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"), "Deployment": (client.AppsV1Api, "deployment")}
-# The watcher's objects (core.kubernetes.watcher_manifests), deleted after the Job in this order.
-WATCHER_KINDS = ("Deployment", "RoleBinding", "Role", "ServiceAccount")
+               "RoleBinding": (client.RbacAuthorizationV1Api, "role_binding"), "Deployment": (client.AppsV1Api, "deployment"),
+               "Service": (client.CoreV1Api, "service")}
+# The watcher's objects (core.kubernetes.watcher_manifests; its store's Service and fence:
+# core.kubernetes.elastic_manifests), all named <job>-watcher, deleted after the Job in this order.
+WATCHER_KINDS = ("Deployment", "Service", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
 
 
 class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
@@ -89,14 +91,15 @@ class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
         return cluster_groups(self.cluster, [get_node(store, n) for n in self.cluster.nodes])
 
     def _manifests(self, workspace_id: str, spec: WorkspaceSpec, tokens: dict[str, str],
-                   settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                   settings: dict[str, str] | None = None, store_token: str = HIDDEN) -> list[dict[str, Any]]:
         """`settings`: the trainer's plain env values; None: a new deploy's, where a workspace that logs
-        to W&B logs where its key was checked (this machine's WANDB_BASE_URL)."""
+        to W&B logs where its key was checked (this machine's WANDB_BASE_URL). `store_token`: the elastic
+        store's key, made by deploy (never stored: it lives in the workspace's Secret only)."""
         if settings is None:
             settings = server_env() if "wandb" in spec.tokens else {}
         tokens, registry = split_registry_auth(tokens)  # a pull secret's, never the trainer's
         manifests = render_manifests(workspace_id, spec, self.cluster, self._groups(),
-                                     self.namespace, tokens, settings)
+                                     self.namespace, tokens, settings, store_token)
         manifests = with_pull_secret(manifests, workspace_id, spec.image or "", registry)
         keep_failed_pods(manifests[-1], spec.recovery)
         problems = admission_errors(manifests[-1])
@@ -126,7 +129,7 @@ class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
                           config_yaml=manifests[0]["data"]["config.yaml"])
 
     def deploy(self, workspace_id: str, spec: WorkspaceSpec, secret_refs: dict[str, str]) -> str:
-        manifests = self._manifests(workspace_id, spec, SecretStore().tokens(secret_refs))
+        manifests = self._manifests(workspace_id, spec, SecretStore().tokens(secret_refs), store_token=new_token())
         check_volcano(self.cluster, self.api)
         created: list[dict[str, Any]] = []
         try:
@@ -176,6 +179,7 @@ class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
             self._delete_object(kind, watcher_name(job_name(workspace_id)))
         self._delete_object("ConfigMap", history_name(job_name(workspace_id)))
         self._delete_object("Secret", secret_name(workspace_id))
+        self._delete_object("Secret", store_secret_name(job_name(workspace_id)))
         self._delete_object("Secret", pull_secret_name(workspace_id))
         self._delete_object("ConfigMap", config_map_name(workspace_id))
         self._delete_source_maps(workspace_id)
@@ -372,29 +376,3 @@ class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
         with self._errors("reading pod logs"):
             for worker, line in (reader.follow() if follow else reader.snapshot()):
                 yield worker, redact(line, secrets)
-
-    # results kept --------------------------------------------------------------
-    def copy_checkpoints(self, workspace_id: str, dest: Path) -> list[str] | None:
-        """Checkpoints out of every running pod of the workspace (each node may hold only its
-        ranks' files), merged under `dest`; None when no pod runs (exec needs a live container)."""
-        from core.kubernetes.pod_files import read_checkpoint_archive, unpack_checkpoints
-
-        pods = [p["metadata"]["name"] for p in self._pods(workspace_id)
-                if (p.get("status") or {}).get("phase") == "Running"]
-        if not pods:
-            return None
-        skipped: list[str] = []
-        spool_dir = next((d for d in (dest, dest.parent) if d.is_dir()), None)  # the export's own, private
-        for pod in pods:
-            try:
-                with self._errors(f"copying checkpoints out of pod {pod}"):
-                    archive = read_checkpoint_archive(client.CoreV1Api(self.api), pod, self.namespace, CONTAINER,
-                                                      spool_dir)
-            except BackendError:
-                raise
-            except Exception as exc:  # the websocket library's own errors
-                raise BackendError(f"copying checkpoints out of pod {pod} failed: {type(exc).__name__}: "
-                                   f"{str(exc)[:200]}", "export again, or set recovery.hf_repo") from None
-            with archive:
-                skipped += unpack_checkpoints(archive, dest)[1]
-        return skipped

@@ -1,10 +1,15 @@
 """A Kubernetes workspace's pods and a shell in one (issue 43), mixed into KubernetesBackend: the
 pod list through the client (core.kubernetes.pod_drilldown), exec through its websocket
-(core.kubernetes.pod_shell)."""
+(core.kubernetes.pod_shell); the checkpoints copied out of the pods the same way."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from kubernetes import client
+
 from core.backends.base import ShellTarget, WorkerProcess
+from core.errors import BackendError
 from core.kubernetes.pod_logs import CONTAINER
 from core.kubernetes.pod_phases import events_by_pod
 
@@ -27,3 +32,28 @@ class PodDrilldown:
             with self._errors(f"opening a shell in pod {pod}"):
                 return run_shell(self.api, pod, self.namespace, CONTAINER)
         return ShellTarget([], {}, "", f"pod {pod} of {workspace_id} (namespace {self.namespace})", relay)
+
+    def copy_checkpoints(self, workspace_id: str, dest: Path) -> list[str] | None:
+        """Checkpoints out of every running pod of the workspace (each node may hold only its
+        ranks' files), merged under `dest`; None when no pod runs (exec needs a live container)."""
+        from core.kubernetes.pod_files import read_checkpoint_archive, unpack_checkpoints
+
+        pods = [p["metadata"]["name"] for p in self._pods(workspace_id)
+                if (p.get("status") or {}).get("phase") == "Running"]
+        if not pods:
+            return None
+        skipped: list[str] = []
+        spool_dir = next((d for d in (dest, dest.parent) if d.is_dir()), None)  # the export's own, private
+        for pod in pods:
+            try:
+                with self._errors(f"copying checkpoints out of pod {pod}"):
+                    archive = read_checkpoint_archive(client.CoreV1Api(self.api), pod, self.namespace, CONTAINER,
+                                                      spool_dir)
+            except BackendError:
+                raise
+            except Exception as exc:  # the websocket library's own errors
+                raise BackendError(f"copying checkpoints out of pod {pod} failed: {type(exc).__name__}: "
+                                   f"{str(exc)[:200]}", "export again, or set recovery.hf_repo") from None
+            with archive:
+                skipped += unpack_checkpoints(archive, dest)[1]
+        return skipped

@@ -308,6 +308,10 @@ def describe_record(event: dict) -> str:
         return f": {event['cause']} — retry budget of {event['budget']} spent"
     if event["kind"] == "kept":
         return f": {event['cause']} — kept for a look (recovery.keep_failed_pods), not replaced"
+    if event["kind"] == "quorum":  # the datacenters in a Kubernetes workspace's elastic quorum changed
+        left = f"; {', '.join(event['left'])} left" if event.get("left") else ""
+        step = f" at outer step {event['outer_step']}" if event.get("outer_step") is not None else ""
+        return f": {', '.join(event['datacenters'])} in the quorum{step} ({event['workers']} workers){left}"
     if event["kind"] == "state":
         return f": {event.get('status')}" + (f" ({event['reason']})" if event.get("reason") else "")
     return ""

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from core.domain.datacenters import (DATACENTER_ENV, DC_COUNT_ENV, DC_INDEX_ENV, DC_RANK_ENV,
                                      DC_SIZE_ENV, ZONE_LABEL)
 from core.errors import InvalidInput
+from core.kubernetes.elastic_manifests import ELASTIC_MARK
 from core.kubernetes.node_groups import NodeGroup, allocate
 
 Placed = list[tuple[NodeGroup, int]]
@@ -53,6 +54,8 @@ PER_PROCESS_RANK = ("--no-python /bin/sh -c "
 
 
 def _rank_per_process(script: str) -> str:
+    if ELASTIC_MARK in script:  # elastic pods start their processes themselves, each with its own rank
+        return script
     if CUSTOM_PROGRAM in script:  # a custom-training command: the same shell, then the user's program
         return script.replace(CUSTOM_PROGRAM, " " + PER_PROCESS_RANK.split('"${py')[0], 1)
     if script.count(TRAIN_MODULE) != 1:

@@ -21,7 +21,9 @@ from core.kubernetes.node_groups import GPU_RESOURCE, NodeGroup, dist_backend
 from core.kubernetes.pod_resources import memory_resources, shm_volume
 from core.kubernetes.recovery_manifests import add_recovery, render_checkpoint_claim
 from core.kubernetes.network_policy import ELASTIC_STORE_PORT, WATCHER_LABEL, render_network_policy
-from core.kubernetes.watcher_manifests import render_watcher
+from core.kubernetes.watcher_manifests import render_watcher, watcher_name
+from core.kubernetes import elastic_manifests as elastic
+from core.kubernetes.rendezvous_wait import WAIT_FOR_RDZV
 from core.domain.recovery import RecoverySettings
 from core.kubernetes import custom_command as custom, recipes_delivery as delivery
 from core.kubernetes.manifest_text import manifests_yaml  # noqa: F401  (the backend and tests read it here)
@@ -54,41 +56,6 @@ MANAGED = {"app.kubernetes.io/managed-by": "geotrain"}
 # Several TCP streams per peer fill a long fat pipe better than one.
 WAN_NCCL_ENV = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
 
-# Before torchrun starts, a pod waits (bounded by the join timeout) for what its torchrun
-# needs first. The master: its own DNS name (its agent connects to the store it hosts by that
-# name). A worker: the rendezvous endpoint itself, a TCP connect to master:port. The name
-# resolves as soon as the master pod has an IP (the svc plugin publishes not-ready
-# addresses), long before a far-away image pull ends; a worker that started torchrun then
-# would spend the store's read_timeout and crash-loop (volcano#3753, issue 17.6).
-WAIT_FOR_RDZV = delivery.FIND_PYTHON + """\
-"$py" - <<'GEOTRAIN_WAIT' || exit 1
-import json, os, socket, sys, time
-host, port = os.environ["GEOTRAIN_RDZV_HOST"], int(os.environ["GEOTRAIN_RDZV_PORT"])
-wait_s, connect = float(os.environ["GEOTRAIN_RDZV_WAIT_S"]), os.environ["GEOTRAIN_RDZV_IS_HOST"] != "1"
-deadline, resolved, said = time.monotonic() + wait_s, False, False
-while True:
-    try:
-        socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
-        resolved = True
-        if connect:
-            socket.create_connection((host, port), timeout=5).close()
-        sys.exit(0)
-    except OSError:
-        pass
-    if time.monotonic() >= deadline:
-        why = (f"nothing listened at {host}:{port} within {wait_s:.0f}s: the master pod did not start "
-               "(image pull, crash, or pending)") if resolved else (
-               f"{host} did not resolve within {wait_s:.0f}s: no headless Service (is Volcano's svc plugin on?)")
-        print("geotrain: " + why, file=sys.stderr, flush=True)
-        sys.exit(1)
-    if connect and resolved and not said:
-        print(f"geotrain: waiting for the rendezvous at {host}:{port} (the master is not up yet)", flush=True)
-        print("geotrain-event " + json.dumps({"kind": "rendezvous", "stage": "waiting", "at": time.time(),
-              "missing": ["master"], "endpoint": f"{host}:{port}"}), flush=True)
-        said = True
-    time.sleep(2)
-GEOTRAIN_WAIT
-exec """
 
 
 def secret_name(workspace_id: str) -> str:
@@ -244,13 +211,20 @@ def pod_script(before_wait: str, job: str, nnodes: int, slots: int, is_host: boo
 def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Cluster, group: NodeGroup,
                   nnodes: int, backend: str, is_host: bool, secret_keys: Iterable[str],
                   ws_spec: WorkspaceSpec, source: dict[str, Any] | None, settings: dict[str, str],
-                  workdir: dict[str, Any] | None = None) -> dict:
+                  workdir: dict[str, Any] | None = None, processes: int = 0) -> dict:
+    """`processes`: the job's worker processes when it runs elastic (core.kubernetes.elastic_manifests), else 0."""
     image = choice.image
+    env = _env(workspace_id, job, backend, group, secret_keys, settings) + _rdzv_env(is_host and not processes)
+    if processes:  # the pod waits for its watcher's store, not for a master's rendezvous
+        where = {"GEOTRAIN_RDZV_HOST": watcher_name(job), "GEOTRAIN_RDZV_PORT": str(elastic.ELASTIC_STORE_PORT),
+                 "GEOTRAIN_RDZV_WHO": "the workspace's watcher (its quorum store)"}
+        env = [e for e in env if e["name"] not in where] + [{"name": k, "value": v} for k, v in where.items()]
+        env += elastic.elastic_env(job, processes, group.slots)
     container = {
         "name": "trainer",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "env": _env(workspace_id, job, backend, group, secret_keys, settings) + _rdzv_env(is_host),
+        "env": env,
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
         "resources": _resources(ws_spec, group),
         "securityContext": _container_security_context(),
@@ -270,8 +244,10 @@ def _pod_template(workspace_id: str, job: str, choice: ImageChoice, cluster: Clu
     before = delivery.add_delivery(spec, container, image, choice.delivered, cluster.config,
                                    cluster.kind, source)
     custom.add_command(spec, container, ws_spec, workdir, f"{WORK_DIR}/out")
-    container["command"] = ["/bin/sh", "-c", pod_script(before, job, nnodes, group.slots, is_host,
-                                                        custom.torchrun_program(ws_spec, CONFIG_FILE))]
+    program = custom.torchrun_program(ws_spec, CONFIG_FILE)
+    script = (elastic.elastic_pod_script(*WAIT_FOR_RDZV.split("\n", 1), before, program) if processes
+              else pod_script(before, job, nnodes, group.slots, is_host, program))
+    container["command"] = ["/bin/sh", "-c", script]
     _harden_pod(spec, cluster, group)
     runtime_class = (cluster.config.get("runtime_classes") or {}).get(group.vendor)
     if runtime_class is None and group.vendor == "nvidia" and cluster.kind == "geotrain":
@@ -334,12 +310,13 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
     if source is None:
         source = _source(workspace_id, spec, cluster, placed, namespace)[1]
     job, backend, keys = job_name(workspace_id), dist_backend(placed), list(secret_keys)
+    processes = elastic_processes(spec, placed)
     template = lambda group, is_host: _pod_template(  # noqa: E731
         workspace_id, job, group_image(spec, cluster, group), cluster, group, spec.workers,
-        backend, is_host, keys, spec, source, dict(settings or {}), workdir)
+        backend, is_host, keys, spec, source, dict(settings or {}), workdir, processes)
     tasks = (datacenter_tasks(placed, template, asked_datacenters(spec.config)) if uses_datacenters(placed)
              else _node_tasks(placed, template))
-    return add_recovery({
+    manifest = add_recovery({
         "apiVersion": API_VERSION, "kind": "Job",
         "metadata": _metadata(workspace_id, job, namespace),
         "spec": {
@@ -351,15 +328,26 @@ def render_volcano_job(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
             "tasks": tasks,  # lifecycle policies: core.kubernetes.watcher_manifests.pod_policies
         },
     }, spec, cluster)
+    if processes:
+        elastic.elastic_job(manifest)
+    return manifest
+
+
+def elastic_processes(spec: WorkspaceSpec, placed) -> int:
+    """The job's worker processes when it runs elastic DiLoCo (core.kubernetes.elastic_manifests), else 0."""
+    processes = sum(group.slots * count for group, count in placed)
+    return processes if elastic.is_elastic(spec, processes) else 0
 
 
 def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                      groups: list[NodeGroup], namespace: str,
-                     tokens: dict[str, str], settings: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                     tokens: dict[str, str], settings: dict[str, str] | None = None,
+                     store_token: str = elastic.HIDDEN) -> list[dict[str, Any]]:
     """ConfigMap, the recipes ConfigMaps (upstream image), Secret (when there are tokens), the
     checkpoint claim (when the workspace has its own), NetworkPolicy, the watcher's objects
     (core.kubernetes.watcher_manifests) and Job, in the order they are created.
-    `settings`: plain env values for the trainer (render_volcano_job)."""
+    `settings`: plain env values for the trainer (render_volcano_job); `store_token`: an elastic
+    workspace's store key (core.kubernetes.elastic_manifests; made at deploy, HIDDEN in a plan)."""
     placed = place(groups, spec.workers, cluster.name, asked_datacenters(spec.config))
     maps, source = _source(workspace_id, spec, cluster, placed, namespace)
     code, workdir = custom.workdir_maps(job_name(workspace_id), _metadata(workspace_id, "", namespace), spec)
@@ -378,4 +366,9 @@ def render_manifests(workspace_id: str, spec: WorkspaceSpec, cluster: Cluster,
                              group_image(spec, cluster, placed[0][0]).image, source)
     # the watcher runs the master group's image: on a node of that group's CPU (an arm64 GH200 cannot run amd64)
     watcher[-1]["spec"]["template"]["spec"]["nodeSelector"] = {ARCH_LABEL: placed[0][0].arch}
-    return out + ([claim] if claim else []) + [fence, *watcher, job]
+    store = []
+    if elastic_processes(spec, placed):  # the watcher holds the quorum store: its token, Service and fence
+        store = elastic.render_store_objects(job["metadata"]["name"], metadata,
+                                             {WORKSPACE_LABEL: label_value(workspace_id)}, store_token)
+        elastic.watcher_store(watcher[-1], job["metadata"]["name"])
+    return out + ([claim] if claim else []) + [fence, *store, *watcher, job]

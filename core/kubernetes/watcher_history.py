@@ -21,7 +21,10 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
                   "steps_lost": (int, type(None))},
     "gave_up": {"cause": (str,), "budget": (int,)},
     "kept": {"cause": (str,)},  # recovery.keep_failed_pods: the failed pod left for a look
+    # the datacenters in the elastic quorum changed (one lost, one back): the watcher's store saw it
+    "quorum": {"datacenters": (list,), "left": (list,), "outer_step": (int, type(None)), "workers": (int,)},
 }
+MAX_DATACENTERS = 64
 STATE_FIELDS = {"updated_at": (int, float), "used": (int,), "budget": (int,), "job_phase": (str,),
                 "pods": (int,), "running": (int,)}
 
@@ -85,7 +88,34 @@ def read_state(config_map: dict | None) -> dict | None:
             out[key] = _value(state.get(key), types)
         except ValueError:
             continue
+    quorum = _quorum(state.get("quorum"))
+    if quorum is not None:
+        out["quorum"] = quorum
     return out if "updated_at" in out else None
+
+
+def _quorum(raw: Any) -> dict | None:
+    """The elastic quorum the watcher's store holds: outer step, workers, datacenter -> its workers."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("datacenters"), dict):
+        return None
+    try:
+        step = _value(raw.get("outer_step"), (int, type(None)))
+        workers = _value(raw.get("workers"), (int,))
+        if len(raw["datacenters"]) > MAX_DATACENTERS:
+            raise ValueError
+        by_dc = {_value(dc, (str,))[:64]: _value(n, (int,)) for dc, n in raw["datacenters"].items()}
+    except ValueError:
+        return None
+    return {"outer_step": step, "workers": workers, "datacenters": by_dc}
+
+
+def describe_quorum(quorum: dict) -> str:
+    """`quorum at outer step 12: dc-a (2 workers), dc-b (2 workers)`; no quorum yet said so."""
+    if not quorum["datacenters"]:
+        return "no elastic quorum formed yet"
+    step = f" at outer step {quorum['outer_step']}" if quorum["outer_step"] is not None else ""
+    present = ", ".join(f"{dc} ({n} worker{'s' if n != 1 else ''})" for dc, n in quorum["datacenters"].items())
+    return f"quorum{step}: {present}"
 
 
 def describe(state: dict, now: float) -> str:
@@ -93,4 +123,5 @@ def describe(state: dict, now: float) -> str:
     ago = max(0.0, now - state["updated_at"])
     used = f", {state['used']} of {state['budget']} recoveries used" if "used" in state and "budget" in state else ""
     pods = f", {state['running']} of {state['pods']} pods running" if "running" in state and "pods" in state else ""
-    return f"watcher (in the cluster): last seen {ago:.0f}s ago{used}{pods}"
+    quorum = f"; {describe_quorum(state['quorum'])}" if state.get("quorum") else ""
+    return f"watcher (in the cluster): last seen {ago:.0f}s ago{used}{pods}{quorum}"

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlparse
 from tests.kubernetes.api_validation import claim_problem, policy_problem
 
 CORE = (r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims|events"
-        r"|serviceaccounts)")
+        r"|serviceaccounts|services)")
 VOLCANO = r"/apis/batch\.volcano\.sh/v1alpha1/namespaces/(?P<ns>[^/]+)/(?P<res>jobs)"
 PODGROUPS = r"/apis/scheduling\.volcano\.sh/v1beta1/namespaces/(?P<ns>[^/]+)/(?P<res>podgroups)"
 NETWORKING = r"/apis/networking\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/(?P<res>networkpolicies)"

@@ -79,7 +79,7 @@ def base():
 
 
 def _pod(workers: int) -> dict:
-    job = render_volcano_job("ws-own", make_spec(workers=workers), Cluster("dc", "geotrain"),
+    job = render_volcano_job("ws-own", make_spec(workers=workers, recovery={"elastic": False}), Cluster("dc", "geotrain"),
                              [NodeGroup("cpu", 0, ("a", "b", "c"))])
     return job["spec"]["tasks"][0]["template"]["spec"]
 

@@ -110,7 +110,8 @@ def test_three_datacenter_mixed_gpu_job_passes_the_crd_schema_and_admission(job_
 
 
 def test_ranks_inside_each_datacenter_cover_its_processes_once():
-    job = render_volcano_job("ws-three-dcs", make_spec(workers=8), CLUSTER, THREE_DCS)
+    """Under torchrun's static group (recovery.elastic false); elastic pods: tests/kubernetes/test_elastic_pods.py."""
+    job = render_volcano_job("ws-three-dcs", make_spec(workers=8, recovery={"elastic": False}), CLUSTER, THREE_DCS)
     seen: dict[str, list[int]] = {}
     for task in job["spec"]["tasks"]:
         env, slots = _env(task), int(_container(task)["command"][2].split("--nproc-per-node=")[1].split()[0])
@@ -193,7 +194,7 @@ def test_a_zone_label_that_is_not_a_label_value_is_refused():
 @pytest.mark.slow
 def test_real_torchrun_gives_each_process_of_a_pod_its_own_rank_in_the_datacenter():
     """The pod's wrapper under the real torchrun (--no-python), two processes, no collective."""
-    job = render_volcano_job("ws-three-dcs", make_spec(workers=8), CLUSTER, THREE_DCS)
+    job = render_volcano_job("ws-three-dcs", make_spec(workers=8, recovery={"elastic": False}), CLUSTER, THREE_DCS)
     task = next(t for t in job["spec"]["tasks"] if t["name"] == "dc0-amd")
     argv = shlex.split(_container(task)["command"][2].splitlines()[-1])
     wrapper = argv[argv.index("--no-python"):argv.index("--no-python") + 4]

@@ -58,7 +58,14 @@ def test_heterogeneous_job_has_one_task_per_node_group_and_gloo():
     assert "runtimeClassName" not in tasks["worker-amd"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in container(tasks["worker-cpu"])["env"]}
     assert env["GEOTRAIN_DIST_BACKEND"] == "gloo"
-    assert env["GEOTRAIN_RDZV_HOST"] == "gt-ws-mix-master-0.gt-ws-mix"
+    # DiLoCo across several pods runs elastic: each pod waits for its watcher's store, then trains
+    assert env["GEOTRAIN_RDZV_HOST"] == "gt-ws-mix-watcher" and env["GEOTRAIN_RDZV_PORT"] == "29401"
+    assert env["GEOTRAIN_ELASTIC_STORE"] == "geotrain-store://gt-ws-mix-watcher:29401"
+    assert "torchrun" not in container(tasks["worker-amd"])["command"][2]
+    job = render_volcano_job("ws-mix", make_spec(workers=7, recovery={"elastic": False}), CLUSTER, HETEROGENEOUS)
+    tasks = {t["name"]: t for t in job["spec"]["tasks"]}
+    env = {e["name"]: e.get("value") for e in container(tasks["worker-cpu"])["env"]}
+    assert env["GEOTRAIN_RDZV_HOST"] == "gt-ws-mix-master-0.gt-ws-mix"  # torchrun's static group
     script = container(tasks["worker-amd"])["command"][2]
     assert "--nnodes=7" in script and "--nproc-per-node=8" in script and "is_host=0" in script
     assert "is_host=1" in container(tasks["master"])["command"][2]

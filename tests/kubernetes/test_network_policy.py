@@ -26,6 +26,7 @@ from core.kubernetes.network_policy import (ELASTIC_STORE_PORT, K3S_ARGS, WATCHE
 from core.kubernetes.node_groups import NodeGroup
 from core.state.cluster_records import get_cluster, list_clusters
 from core.state.store import Store
+from tests.kubernetes.api_validation import policy_problem
 from tests.kubernetes.conftest import make_spec, run, write_kubeconfig
 
 NCCL_PORT = 43117  # a port NCCL or gloo picks at run time
@@ -92,13 +93,15 @@ def pods_of(job: dict) -> list[dict]:
             for task in job["spec"]["tasks"] for i in range(task["replicas"])]
 
 
-def _render(workspace: str, namespace: str = "team") -> tuple[dict, dict]:
+def _render(workspace: str, namespace: str = "team", with_fence: bool = False):
     out = render_manifests(workspace, make_spec(workers=3), Cluster("dc", "geotrain"), TWO_DATACENTERS,
                            namespace, {})
-    (policy,) = [m for m in out if m["kind"] == "NetworkPolicy"]
+    (policy, fence) = [m for m in out if m["kind"] == "NetworkPolicy"]  # the trainers', the watcher's (its store)
     kinds = [m["kind"] for m in out]
     assert kinds.index("NetworkPolicy") < kinds.index("Deployment") < kinds.index("Job")  # fenced before any pod exists
-    return policy, out[-1]
+    assert out.index(fence) < kinds.index("Deployment")  # the watcher too
+    assert policy["metadata"]["name"].endswith("-peers") and fence["metadata"]["name"].endswith("-watcher")
+    return (policy, fence, out[-1]) if with_fence else (policy, out[-1])
 
 
 def test_the_evaluator_follows_upstream_on_plain_cases():
@@ -136,6 +139,23 @@ def test_a_jobs_pods_admit_each_other_and_its_watcher_and_refuse_another_workspa
     assert not admits(policies, elsewhere, master, RDZV_PORT)
     assert not admits(policies, {"namespace": "team", "labels": {}}, master, RDZV_PORT)
     assert not admits(policies, pods[0], strangers[0], RDZV_PORT)  # and the other way round
+
+
+def test_the_watchers_store_admits_only_its_jobs_pods_on_the_store_port():
+    policy, fence, job = _render("ws-a", with_fence=True)
+    other_policy, other_fence, other_job = _render("ws-b", with_fence=True)
+    assert policy_problem(fence) == ""
+    policies = [policy, fence, other_policy, other_fence]
+    watcher = {"namespace": "team", "labels": {WATCHER_LABEL: "ws-a", "app.kubernetes.io/managed-by": "geotrain"}}
+    for pod in pods_of(job):
+        assert admits(policies, pod, watcher, ELASTIC_STORE_PORT)
+        assert not admits(policies, pod, watcher, NCCL_PORT) and not admits(policies, pod, watcher, RDZV_PORT)
+    for stranger in pods_of(other_job):  # another workspace's trainers, same namespace
+        assert not admits(policies, stranger, watcher, ELASTIC_STORE_PORT)
+    assert not admits(policies, {"namespace": "team", "labels": {WATCHER_LABEL: "ws-b"}}, watcher, ELASTIC_STORE_PORT)
+    assert not admits(policies, {"namespace": "other", "labels": dict(pods_of(job)[0]["labels"])}, watcher,
+                      ELASTIC_STORE_PORT)
+    assert not admits(policies, {"namespace": "team", "labels": {}}, watcher, ELASTIC_STORE_PORT)
 
 
 # --- the backend creates it, and deletes it with the workspace --------------------------------

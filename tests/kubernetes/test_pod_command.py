@@ -22,6 +22,9 @@ from core.domain.records import Cluster
 from core.kubernetes.node_groups import NodeGroup
 from tests.kubernetes.conftest import make_spec
 
+# torchrun's static group (DDP, or recovery.elastic false); elastic pods: tests/kubernetes/test_elastic_pods.py
+TORCHRUN = {"recovery": {"elastic": False}}
+
 STAND_IN_TRAIN = textwrap.dedent("""
     import argparse, os
     import torch, torch.distributed as dist
@@ -63,7 +66,7 @@ def job(tmp_path):
     (tmp_path / "recipes" / "__init__.py").write_text("")
     (tmp_path / "recipes" / "train.py").write_text(STAND_IN_TRAIN)
     groups = [NodeGroup("cpu", 0, ("node-a", "node-b"))]
-    return render_volcano_job("ws-cmd", make_spec(workers=2), Cluster("dc", "geotrain"), groups)
+    return render_volcano_job("ws-cmd", make_spec(workers=2, **TORCHRUN), Cluster("dc", "geotrain"), groups)
 
 
 @pytest.mark.slow
@@ -105,7 +108,7 @@ def three_dc_job(tmp_path):
     (tmp_path / "recipes" / "__init__.py").write_text("")
     (tmp_path / "recipes" / "train.py").write_text(STAND_IN_TRAIN)
     groups = [NodeGroup("cpu", 0, (f"dc{i}-cpu",)) for i in (1, 2, 3)]
-    return render_volcano_job("ws-3dc", make_spec(workers=3), Cluster("dc", "geotrain"), groups)
+    return render_volcano_job("ws-3dc", make_spec(workers=3, **TORCHRUN), Cluster("dc", "geotrain"), groups)
 
 
 def _short_timeout(task: dict) -> dict:

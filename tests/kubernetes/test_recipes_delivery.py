@@ -94,8 +94,9 @@ def test_the_pods_run_the_upstream_image_with_the_recipes_on_their_python_path(j
 
 def test_a_custom_image_gets_no_configmaps_and_no_install():
     out, job = _render(image="registry.example.com/team/recipes:2.0")
-    assert [m["kind"] for m in out] == ["ConfigMap", "NetworkPolicy", "ConfigMap", "ServiceAccount", "Role",
-                                        "RoleBinding", "Deployment", "Job"]  # the config only (the fence, the watcher)
+    assert [m["kind"] for m in out] == ["ConfigMap", "NetworkPolicy", "Secret", "Service", "NetworkPolicy", "ConfigMap",
+                                        "ServiceAccount", "Role", "RoleBinding", "Deployment", "Job"]
+    # the config only (the fence; the elastic store's token, Service and fence; the watcher)
     for _, pod in pod_specs(job):
         assert "PYTHONPATH" not in _env(pod) and "GEOTRAIN_DEPS" not in _trainer(pod)["command"][2]
         assert "recipes-src" not in {v["name"] for v in pod["volumes"]}

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import kubernetes_validate
@@ -28,6 +30,7 @@ from core.kubernetes.manifests import render_manifests
 from core.kubernetes.network_policy import WATCHER_LABEL
 from core.kubernetes.pod_security import violations
 from core.bootstrap import versions
+from recipes.elastic_store_client import NetworkStore
 from tests.faults.faults import wait_for
 from tests.kubernetes.conftest import HETEROGENEOUS, job_validator, make_spec  # noqa: F401 (fixture)
 from tests.kubernetes.conftest import fake, kubeconfig, write_kubeconfig  # noqa: F401 (fixtures)
@@ -137,15 +140,37 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
     job_uid = fake.objects[("jobs", "default", job)]["metadata"]["uid"]
     before = len(fake.requests)
 
-    # the cluster's only geotrain process from here on: the watcher, as its Deployment runs it
+    # the cluster's only geotrain process from here on: the watcher, as its Deployment runs it, serving the
+    # elastic store (a DiLoCo workspace) with the token its Secret holds, as the pod's 0400 file; on a free port
+    secret = fake.objects[("secrets", "default", f"{job}-store-token")]["stringData"]["token"]
+    token_file = tmp_path / "token"
+    token_file.write_text(secret)
+    token_file.chmod(0o400)
+    assert args[args.index("--store-port") + 1] == "29401"
+    args[args.index("--store-port") + 1] = "0"
+    args[args.index("--store-token-file") + 1] = str(token_file)
+    args[args.index("--poll-s") + 1] = "0.2"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    watcher = subprocess.Popen([sys.executable, "-m", "recipes.watcher", *args[:-2], "--poll-s", "0.2",
+    watcher = subprocess.Popen([sys.executable, "-m", "recipes.watcher", *args, "--store-host", "127.0.0.1",
                                 "--api", fake.url], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
+    said = ""
     try:
         assert _geotrain_processes(os.environ["GEOTRAIN_HOME"]) == []  # the user's machine is "closed"
+        said = watcher.stdout.readline() + watcher.stdout.readline()
+        port = int(re.search(r"elastic store on 127\.0\.0\.1:(\d+)", said).group(1))
         wait_for(lambda: json.loads(fake.objects[("configmaps", "default", f"{job}-history")]["data"]
                                     ["watcher.json"]).get("running") == 2, 60, "the watcher's first look", 0.05)
+        # two trainers of two datacenters meet in its store (what recipes.elastic writes there), then one leaves
+        store = NetworkStore("127.0.0.1", port, secret.encode(), timedelta(seconds=30))
+        store.set("gen0/outer/current", b"3")
+        store.set("gen0/q/3/0/members", b"0:live:-1:dc-a;1:live:-1:dc-b;")
+        wait_for(lambda: _quorum_of(fake, job) == {"outer_step": 3, "workers": 2, "datacenters": {"dc-a": 1, "dc-b": 1}},
+                 60, "the quorum in the watcher's state", 0.05)
+        store.set("gen0/outer/current", b"4")
+        store.set("gen0/q/4/0/members", b"0:live:-1:dc-a;")
+        wait_for(lambda: any(e["kind"] == "quorum" and e["left"] == ["dc-b"] for e in _history_of(fake, job)), 60,
+                 "dc-b's leaving written down", 0.05)
 
         fake.write_log(master, b"[rank 0] step 12/20 loss 2.1000 lr 1.00e-03 outer 1 sent 0.1MB 5.0ms/step\n")
         fake.end_container(worker, 137, reason="Error")  # the node took the worker down
@@ -158,10 +183,14 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
         assert watcher.poll() is None  # still watching
     finally:
         watcher.terminate()
-        output = watcher.communicate(timeout=30)[0]
+        output = said + watcher.communicate(timeout=30)[0]
     assert "0 of 3 recoveries used" in output
 
-    history = _history_of(fake, job)
+    store.close()
+    quorum = [e for e in _history_of(fake, job) if e["kind"] == "quorum"]
+    assert [(e["datacenters"], e["left"], e["outer_step"]) for e in quorum] == [
+        (["dc-a", "dc-b"], [], 3), (["dc-a"], ["dc-b"], 4)]
+    history = [e for e in _history_of(fake, job) if e["kind"] != "quorum"]
     assert [e["kind"] for e in history] == ["recovery", "recovered"], history
     assert history[0]["cause"] == "pod worker-0 failed: Error, exit code 137"
     assert (history[0]["scope"], history[0]["attempt"], history[0]["budget"]) == ("pod", 1, 3)
@@ -181,6 +210,8 @@ def test_a_lost_pod_is_replaced_with_no_geotrain_process_outside_the_cluster(fak
     assert "recovery: pod worker-0 failed: Error, exit code 137 — recovering worker-0 (pod, 1 of 3)" in done.stdout
     assert "recovered: worker-0 training again at step 8 after" in done.stdout and "4 steps lost" in done.stdout
     assert "watcher (in the cluster): last seen" in done.stdout and "1 of 3 recoveries used" in done.stdout
+    assert "; quorum at outer step 4: dc-a (1 worker)" in done.stdout
+    assert "quorum: dc-a in the quorum at outer step 4 (1 workers); dc-b left" in done.stdout
     assert fake.objects[("jobs", "default", job)]["metadata"]["uid"] == job_uid
 
 
@@ -224,6 +255,10 @@ def _geotrain_processes(home: str) -> list[psutil.Process]:
     return found
 
 
+def _quorum_of(fake, job: str) -> dict | None:
+    return (watcher_history.read_state(fake.objects[("configmaps", "default", f"{job}-history")]) or {}).get("quorum")
+
+
 def _history_of(fake, job: str) -> list[dict]:
     return watcher_history.read_history(fake.objects[("configmaps", "default", f"{job}-history")])
 
@@ -249,8 +284,9 @@ def test_delete_removes_the_watcher_with_the_workspace(fake, tmp_path):
                       config={"context": "fake-ctx", "node_groups": [{"vendor": "cpu", "gpus": 0, "nodes": ["a", "b"]}]})
     backend = KubernetesBackend(cluster)
     backend.deploy("ws-d", make_spec(cluster="dc", workers=2), {})
-    kinds = {res for res, _, name in fake.objects if "watcher" in name or "history" in name}
-    assert kinds == {"configmaps", "serviceaccounts", "roles", "rolebindings", "deployments"}
+    kinds = {res for res, _, name in fake.objects if "watcher" in name or "history" in name or "store" in name}
+    assert kinds == {"configmaps", "serviceaccounts", "roles", "rolebindings", "deployments", "services",
+                     "networkpolicies", "secrets"}
     backend.delete("ws-d")
     assert [key for key in fake.objects if key[2].startswith("gt-ws-d")] == []
     deleted = [p for m, p, _ in fake.requests if m == "DELETE"]
