@@ -43,7 +43,7 @@ def run_check(store: Store, name: str, *, seconds: float = DEFAULT_SECONDS, mode
 
         result = check_ssh_cluster(store, name, seconds, payload, python, progress, shell_factory)
     elif cluster.kind == "kubernetes":
-        from core.kubernetes.check_job import check_kubernetes_cluster
+        from core.backends.kubernetes_check import check_kubernetes_cluster
 
         result = check_kubernetes_cluster(store, cluster, seconds, payload, progress, api)
     else:

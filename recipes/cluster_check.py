@@ -106,14 +106,15 @@ def every_device(seconds: float) -> int:
     return 0
 
 
-def network_store(address: str, serve: bool, token: bytes | None, rank: int):
-    """The authenticated store at HOST:PORT (rank 0 serves it with --serve-store): (store, server)."""
+def network_store(address: str, serve: bool, token: bytes | None, rank: int, bind: str | None = None):
+    """The authenticated store at HOST:PORT (rank 0 serves it with --serve-store, on `bind` where the
+    address is a name others resolve, e.g. a pod's own IP): (store, server)."""
     from recipes import elastic_store
     from recipes.elastic_store_client import TOKEN_FILE_ENV, NetworkStore
 
     host, _, port = address.rpartition(":")
     token = token if token is not None else elastic_store.read_token(os.environ[TOKEN_FILE_ENV])
-    server = elastic_store.StoreServer(host, int(port), token, log=lambda line: None).start() \
+    server = elastic_store.StoreServer(bind or host, int(port), token, log=lambda line: None).start() \
         if serve and rank == 0 else None
     return NetworkStore(host, int(port), token, timeout=timedelta(seconds=120)), server
 
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None, token: bytes | None = None) -> int:
     parser.add_argument("--link", action="store_true", help="the all-reduce only, no burn-in")
     parser.add_argument("--store", metavar="HOST:PORT", help="meet in a recipes.elastic_store there")
     parser.add_argument("--serve-store", action="store_true", help="rank 0 serves the --store")
+    parser.add_argument("--store-bind", metavar="ADDR", help="the address rank 0 serves it on (default: --store's host)")
     args = parser.parse_args(argv)
     if args.devices:
         return every_device(args.seconds)
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None, token: bytes | None = None) -> int:
     result = {"rank": rank} if args.link else burn_in(rank, device, args.seconds)
     server = None
     if args.store:
-        store, server = network_store(args.store, args.serve_store, token, rank)
+        store, server = network_store(args.store, args.serve_store, token, rank, args.store_bind)
     else:
         store = open_file_store(os.environ[GROUP_STORE_ENV], timedelta(seconds=120))
     dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=world,

@@ -9,12 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from core.domain.recipe_catalog import package_root
-from core.domain.source_files import read_shipped
-
-# recipes.cluster_check and what it imports (recipes.elastic_store_client for the network store)
-MODULES = ("recipes", "recipes.cluster_check", "recipes.private_store", "recipes.elastic_store",
-           "recipes.elastic_quorum", "recipes.elastic_store_client", "recipes.telemetry")
+from core.domain.check_modules import module_sources
 PYTHON_RE = re.compile(r"(/[A-Za-z0-9._+-]{1,64}){1,16}|python3")
 ENV_NAME_RE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
@@ -35,16 +30,6 @@ os.environ.update(d["env"])
 from recipes import cluster_check
 sys.exit(cluster_check.main(d["argv"], token=d["token"].encode() if d["token"] else None))
 """
-
-
-def module_sources() -> dict[str, str]:
-    root = package_root()
-    sources = {}
-    for name in MODULES:
-        parts = name.split(".")
-        path = root.joinpath(*parts, "__init__.py") if name == "recipes" else root.joinpath(*parts[:-1], parts[-1] + ".py")
-        sources[name] = read_shipped(path, "reinstall geotrain: its recipes package is damaged")
-    return sources
 
 
 def payload(argv: list[str], env: dict[str, str], token: bytes | None) -> str:

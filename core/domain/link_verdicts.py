@@ -64,7 +64,8 @@ def cluster_verdict(cluster: str, kind: str, nodes: list[dict], links: list[dict
                     at: float | None = None) -> dict:
     """The whole check: ok when every node and every node link is; the slow link named (not a failure)."""
     slow = name_slow_link([link for link in links if link["kind"] == "node"])
-    failed = [f"link {link['name']}: {link['why']}" for link in links if link["kind"] == "node" and link["ok"] is False]
+    failed = [f"link {link['name']}: {link['why']}" for link in links
+              if link["kind"] != "datacenters" and link["ok"] is False]
     ok = all(node["ok"] for node in nodes) and not failed
     return {"cluster": cluster, "kind": kind, "checked_at": time.time() if at is None else at, "ok": ok,
             "nodes": nodes, "links": links, "slow_link": slow, "why": failed, "notes": notes}
