@@ -15,10 +15,11 @@ What a workspace in elastic mode adds to its manifests (render_manifests calls t
 
 Ranks: RANK = the task's first rank (GEOTRAIN_RANK_OFFSET, set per task in job order) +
 VC_TASK_INDEX x the pod's processes + the process's local rank. Volcano's env plugin sets
-VC_TASK_INDEX on every container from the pod's name `<job>-<task>-<index>` (volcano v1.11.0,
-pkg/controllers/job/plugins/env/env.go OnPodCreate; helpers.go GetPodIndexUnderTask), and a
-pod Volcano makes again keeps its name (job_controller_actions.go syncJob), so a replacement
-takes back its rank and rejoins as a joiner (recipes.elastic).
+VC_TASK_INDEX on every container from the pod's name `<job>-<task>-<index>` (volcano v1.10.0 and
+v1.11.0, pkg/controllers/job/plugins/env/env.go OnPodCreate, const.go TaskIndex; helpers.go
+GetPodIndexUnderTask: the oldest Volcano core.bootstrap.versions pins for a Kubernetes release is
+v1.10.0), and a pod Volcano makes again keeps its name (job_controller_actions.go syncJob), so a
+replacement takes back its rank and rejoins as a joiner (recipes.elastic).
 
 A process that fails ends its pod's container (its siblings are stopped with it): kubelet starts
 the container again in place under restartPolicy OnFailure, with exponential back-off capped at
