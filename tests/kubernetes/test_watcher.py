@@ -279,6 +279,22 @@ def test_a_history_entry_that_does_not_check_is_left_out(planted):
     assert watcher_history.read_state({"data": {"watcher.json": '{"updated_at": "soon"}'}}) is None
 
 
+@pytest.mark.parametrize("quorum", [
+    {"outer_step": "7", "workers": 2, "datacenters": {"a": 2}},
+    {"outer_step": 7, "workers": 2, "datacenters": {"a": True}},
+    {"outer_step": 7, "workers": 2, "datacenters": {f"dc{i}": 1 for i in range(65)}},
+    {"outer_step": float("inf"), "workers": 2, "datacenters": {}},
+    ["not", "a", "mapping"],
+])
+def test_a_planted_quorum_is_left_out_and_the_rest_of_the_state_shown(quorum):
+    state = {"updated_at": 5.0, "used": 0, "budget": 3, "quorum": quorum}
+    read = watcher_history.read_state({"data": {"watcher.json": json.dumps(state)}})
+    assert read == {"updated_at": 5.0, "used": 0, "budget": 3}
+    good = {**state, "quorum": {"outer_step": None, "workers": 1, "datacenters": {"fra\x1b[2J": 1}}}
+    shown = watcher_history.describe(watcher_history.read_state({"data": {"watcher.json": json.dumps(good)}}), 9.0)
+    assert shown.endswith("; quorum: fra (1 worker)")  # the escape sequence dropped, never sent to a terminal
+
+
 def test_delete_removes_the_watcher_with_the_workspace(fake, tmp_path):
     cluster = Cluster(name="dc", kind="kubernetes", kubeconfig_path=write_kubeconfig(tmp_path / "kc", fake.url),
                       config={"context": "fake-ctx", "node_groups": [{"vendor": "cpu", "gpus": 0, "nodes": ["a", "b"]}]})
