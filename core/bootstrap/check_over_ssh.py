@@ -63,24 +63,28 @@ class CheckOptions:
                 self.progress(line)
 
 
-def _facts_commands(python: str | None) -> dict[str, str]:
-    pythons = [python] if python else list(DEFAULT_PYTHONS)
-    find = " ".join(shlex.quote(p) for p in pythons)
-    return {"nvidia": shlex.join(NVIDIA_HEALTH_COMMAND), "rocm": shlex.join(ROCM_HEALTH_COMMAND),
-            "dmesg": "dmesg | grep -F 'NVRM: Xid' | tail -n 200",
-            "torch": f"for p in {find}; do \"$p\" -c 'import torch' 2>/dev/null && {{ command -v \"$p\"; exit 0; }};"
-                     " done; exit 1"}
+GPU_FACTS = {"nvidia": shlex.join(NVIDIA_HEALTH_COMMAND), "rocm": shlex.join(ROCM_HEALTH_COMMAND),
+             "dmesg": "dmesg | grep -F 'NVRM: Xid' | tail -n 200"}
+
+
+def torch_command(python: str | None) -> str:
+    """The first of the Pythons that imports torch, as `command -v` names it (exit 1: none)."""
+    find = " ".join(shlex.quote(p) for p in ([python] if python else DEFAULT_PYTHONS))
+    return (f"for p in {find}; do \"$p\" -c 'import torch' 2>/dev/null && {{ command -v \"$p\"; exit 0; }};"
+            " done; exit 1")
 
 
 def _node_facts(options: CheckOptions, target: NodeTarget) -> str | None:
-    """GPU health and which Python has torch, in one round trip (sudo where the deploy uses it: dmesg)."""
+    """GPU health in one round trip (with sudo where the deploy uses it: the kernel log may need it),
+    then which Python has torch as the login user (who runs the ranks)."""
     options.say(f"{target.name}: GPU facts")
-    probed = target.session.probe(_facts_commands(options.python), timeout=60)
+    probed = target.session.probe(GPU_FACTS, timeout=60)
     gpus = parse_nvidia_health(probed["nvidia"].stdout)
     xids = parse_xids(probed["dmesg"].stdout) if gpus else []
     gpus = gpus or parse_rocm_health(probed["rocm"].stdout)
-    found = probed["torch"].stdout.strip().splitlines()
-    python = found[-1] if probed["torch"].ok and found and stdin_modules.PYTHON_RE.fullmatch(found[-1]) else None
+    torch = target.session.fact(torch_command(options.python), timeout=60, sudo=False)
+    found = torch.stdout.strip().splitlines()
+    python = found[-1] if torch.ok and found and stdin_modules.PYTHON_RE.fullmatch(found[-1]) else None
     target.facts["check"] = {"gpus": gpus, "xids": xids, "python": python, "devices": [], "failed": None}
     return None
 
