@@ -33,6 +33,17 @@ def notes(app) -> list[str]:
     return [n.message for n in app._notifications]
 
 
+async def open_cluster(pilot, name: str) -> None:
+    """The Clusters view (key 4) with `name` highlighted, once the list has it."""
+    app = pilot.app
+    await pilot.press("4")
+    await on_screen(pilot, ClustersScreen)
+    table = app.screen.query_one("#clusters", DataTable)
+    await until(pilot, lambda: name in [k.value for k in table.rows])
+    table.move_cursor(row=table.get_row_index(name))
+    await until(pilot, lambda: shown(app, "#check-summary").startswith(name))
+
+
 def test_k_checks_local_and_the_result_is_shown_and_kept(geotrain_home):
     service = WorkspaceService()
     app = make_app(service, check_options=TINY, **states.app_options())

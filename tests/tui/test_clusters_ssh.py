@@ -10,7 +10,6 @@ import os
 import sys
 
 import pytest
-from textual.widgets import DataTable
 
 from core.bootstrap.deploy import build_plan, deploy
 from core.state.store import Store
@@ -18,10 +17,9 @@ from core.workspaces import WorkspaceService
 from tests import testhosts
 from tests.bootstrap.cluster_hosts import ShellFactory, add_host_nodes
 from tests.tui import states
-from tests.tui.test_clusters import cells, shown
-from tests.tui.waiting import on_screen, until
+from tests.tui.test_clusters import cells, open_cluster, shown
+from tests.tui.waiting import until
 from tui.app import make_app
-from tui.screens.clusters import ClustersScreen
 
 PREFIX, SUBNET, MESH = "gtcu", "10.243.0.0/24", "10.244.0.0/24"
 
@@ -50,11 +48,7 @@ def test_k_checks_an_ssh_cluster_and_shows_its_nodes_and_link(built):
 
     async def run():
         async with app.run_test(size=(200, 40)) as pilot:
-            await pilot.press("4")
-            await on_screen(pilot, ClustersScreen)
-            table = app.screen.query_one("#clusters", DataTable)
-            await until(pilot, lambda: "duo" in [k.value for k in table.rows])
-            table.move_cursor(row=table.get_row_index("duo"))
+            await open_cluster(pilot, "duo")
             await pilot.press("k")
             await until(pilot, lambda: " ago): " in shown(app, "#check-summary"), timeout=300)
             devices, links = cells(app, "#check-devices"), cells(app, "#check-links")
