@@ -83,6 +83,8 @@ def show_links(result: dict) -> None:
         measured = link.get("ok", True) is not None and link.get("bytes")
         verdict = "SLOW" if link.get("slow") else ("ok" if link.get("ok", True) else
                                                     ("not measured" if link.get("ok", True) is None else "FAILED"))
+        if link.get("kind") == "datacenters" and link.get("ok"):
+            verdict = f"slowest: {link['via']}"
         rows.append([link["name"], _figure(link["bytes"] if measured else None, 1e6),
                      _figure(link["seconds"] if measured else None, 1e-3), _figure(link["busbw"] if measured else None, 1e9),
                      _figure(link.get("ping_ms"), 1), _figure(link.get("probe_mbit_s"), 1), verdict])

@@ -54,7 +54,7 @@ def datacenter_links(links: list[dict], datacenter_of: dict[str, str | None]) ->
         measured = [m for m in members if m["ok"]]
         worst = min(measured, key=lambda m: m["busbw"]) if measured else members[0]
         out.append({**worst, "name": f"{one} - {two} (datacenters)", "a": one, "b": two, "kind": "datacenters",
-                    "slow": False, "ok": bool(measured),
+                    "slow": False, "ok": True if measured else None,
                     "why": None if measured else "no link between them was measured",
                     "via": worst["name"], "links": len(members)})
     return out

@@ -57,6 +57,9 @@ def cluster(tmp_path_factory):
         try:
             store = Store()
             names = add_host_nodes(store, hosts)
+            with store.write() as conn:  # two datacenters: hosts 0 and 1 in ams, host 2 in fra
+                conn.executemany("UPDATE nodes SET datacenter=? WHERE name=?",
+                                 [("ams", names[0]), ("ams", names[1]), ("fra", names[2])])
             shape_link(hosts[0], hosts[2], SHAPED_MBIT)
             plan = build_plan(store, "ck", names, subnet=MESH_SUBNET)
             done = deploy(plan, only=["preflight", "wireguard", "netmatrix"], shell_factory=ShellFactory(hosts),
@@ -96,7 +99,10 @@ def test_every_node_and_every_link_over_the_mesh_the_shaped_one_named(cluster):
     for node in result["nodes"]:
         assert node["ok"] and node["burn_in"] is None
         assert [d["device"] for d in node["devices"]] == ["cpu"] and node["devices"][0]["matmul_flops"] > 0
-    links = {(link["a"], link["b"]): link for link in result["links"]}
+    links = {(link["a"], link["b"]): link for link in result["links"] if link["kind"] == "node"}
+    between, = [link for link in result["links"] if link["kind"] == "datacenters"]
+    # between the datacenters: the slower of host 2's two links (the shaped one), named with the pair it came from
+    assert (between["name"], between["via"], between["links"]) == ("ams - fra (datacenters)", f"{names[0]} - {names[2]}", 2)
     assert set(links) == {(names[0], names[1]), (names[0], names[2]), (names[1], names[2])}
     assert all(link["ok"] and link["bytes"] == 3283236 and link["world"] == 2 for link in links.values())
     shaped = links[(names[0], names[2])]
@@ -156,5 +162,7 @@ def test_a_node_without_torch_gets_one_line_not_a_failed_check(cluster):
     result = run_check(cluster["store"], "ck", seconds=0.1, size="tiny", python="/usr/bin/python3",
                        shell_factory=ShellFactory(cluster["hosts"]))
     assert all(node["burn_in"] == NO_TORCH and node["ok"] and node["devices"] == [] for node in result["nodes"])
-    assert all(link["ok"] is None and link["why"].startswith("not measured: no torch on") for link in result["links"])
+    nodes, between = result["links"][:3], result["links"][3:]
+    assert all(link["ok"] is None and link["why"].startswith("not measured: no torch on") for link in nodes)
+    assert [(link["ok"], link["why"]) for link in between] == [(None, "no link between them was measured")]
     assert result["ok"] and result["slow_link"] is None
