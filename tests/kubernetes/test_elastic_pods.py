@@ -163,3 +163,71 @@ def test_deploy_makes_a_fresh_token_that_only_its_secret_holds(fake, tmp_path, g
             assert tokens[0].encode() not in path.read_bytes(), path
     backend.delete("ws-t")
     assert [key for key in fake.objects if key[2].startswith("gt-ws-t")] == []
+
+
+@pytest.mark.slow
+def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path):  # noqa: F811
+    """Two pods of two datacenters, as rendered (their shell, env and config), train elastic DiLoCo through
+    the store their watcher serves, the watcher run as its Deployment says (the stand-in API server for
+    pod state). Adapted for this machine only: the Service's name -> 127.0.0.1 and the port the watcher got,
+    /etc/geotrain, /checkpoints and the token's mount -> directories of this test."""
+    import json
+    import sys
+
+    from tests.faults.faults import wait_for
+
+    groups = [NodeGroup("cpu", 0, ("a",), "fra"), NodeGroup("cpu", 0, ("b",), "lon")]
+    cluster = Cluster(name="dc", kind="kubernetes", config={})
+    out = render_manifests("ws-r", make_spec(workers=2, steps=16, image=IMAGE), cluster, groups, "default", {},
+                           store_token="k" * 64)
+    by = _by_name(out)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "config.yaml").write_text(by["ConfigMap/gt-ws-r-config"]["data"]["config.yaml"].replace(
+        "/workspace/out", str(tmp_path / "out")))
+    token = tmp_path / "token"
+    token.write_text(by["Secret/gt-ws-r-store-token"]["stringData"]["token"])
+    token.chmod(0o400)
+    fake.objects[("configmaps", "default", "gt-ws-r-history")] = {
+        **by["ConfigMap/gt-ws-r-history"], "metadata": {**by["ConfigMap/gt-ws-r-history"]["metadata"],
+                                                        "resourceVersion": "1", "uid": "h"}}
+    fake.objects[("jobs", "default", "gt-ws-r")] = {**by["Job/gt-ws-r"], "status": {"state": {"phase": "Running"}}}
+    command = by["Deployment/gt-ws-r-watcher"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    args = command[command.index("watcher") + 1:]
+    args[args.index("--store-port") + 1] = "0"
+    args[args.index("--store-token-file") + 1] = str(token)
+    args[args.index("--poll-s") + 1] = "0.2"
+    repo = Path(__file__).resolve().parents[2]
+    watcher = subprocess.Popen([sys.executable, "-m", "recipes.watcher", *args, "--store-host", "127.0.0.1",
+                                "--api", fake.url], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pods = []
+    try:
+        port = int(watcher.stdout.readline().rsplit(":", 1)[1])
+        for task in by["Job/gt-ws-r"]["spec"]["tasks"]:
+            env = {e["name"]: e["value"] for e in _container(task)["env"] if "value" in e}
+            env.update({"PATH": os.environ["PATH"], "PYTHONPATH": str(repo), "VC_TASK_INDEX": "0",
+                        "GEOTRAIN_RDZV_HOST": "127.0.0.1", "GEOTRAIN_RDZV_PORT": str(port),
+                        elastic.STORE_ENV: f"geotrain-store://127.0.0.1:{port}", elastic.TOKEN_FILE_ENV: str(token),
+                        "GEOTRAIN_CHECKPOINT_DIR": str(tmp_path / "ckpt" / task["name"]), "OMP_NUM_THREADS": "1",
+                        "WANDB_MODE": "offline", "HOME": str(tmp_path)})
+            script = _container(task)["command"][2].replace("/etc/geotrain/config.yaml", str(tmp_path / "etc" / "config.yaml"))
+            log = open(tmp_path / f"{task['name']}.log", "w")
+            pods.append(subprocess.Popen(["/bin/sh", "-c", script], env=env, cwd=tmp_path, stdout=log,
+                                         stderr=subprocess.STDOUT))
+        codes = [p.wait(timeout=600) for p in pods]
+        logs = {t["name"]: (tmp_path / f"{t['name']}.log").read_text() for t in by["Job/gt-ws-r"]["spec"]["tasks"]}
+        assert codes == [0, 0], {k: v[-3000:] for k, v in logs.items()}
+        history = wait_for(lambda: [e for e in json.loads(fake.objects[("configmaps", "default", "gt-ws-r-history")]
+                                                          ["data"]["history.json"]) if e["kind"] == "quorum"],
+                           60, "the quorum in the watcher's history", 0.1)
+    finally:
+        for proc in pods + [watcher]:
+            if proc.poll() is None:
+                proc.kill()
+        watcher.wait(30)
+    # the watcher saw both datacenters in one quorum, through the store it served to the pods
+    assert history[0]["datacenters"] == ["fra", "lon"] and history[0]["workers"] == 2, history
+    assert "step 16/16" in logs["master"] and "step 16/16" in logs["dc1"]
+    events = [json.loads(line.split(" ", 1)[1]) for line in logs["master"].splitlines()
+              if line.startswith("geotrain-event ")]
+    steps = [e for e in events if e.get("kind") == "outer_step"]
+    assert steps and all(e["members"] == [0, 1] for e in steps), steps  # every outer step over both pods, no torchrun
