@@ -164,9 +164,12 @@ class Liveness:
     def alive(self) -> set[int]:
         now = time.monotonic()
         out = set()
-        for rank in range(self.world):
-            key = f"hb/{rank}"  # read, not add(0): a FileStore appends a record for every add
-            value = int(self.store.get(key)) if self.store.check([key]) else 0
+        keys = [f"hb/{rank}" for rank in range(self.world)]
+        if hasattr(self.store, "get_many"):  # the network store: one round trip, not two per rank
+            values = [int(v) if v is not None else 0 for v in self.store.get_many(keys)]
+        else:  # read, not add(0): a FileStore appends a record for every add
+            values = [int(self.store.get(key)) if self.store.check([key]) else 0 for key in keys]
+        for rank, value in enumerate(values):
             last = self.seen.get(rank)
             if last is None or last[0] != value:
                 self.seen[rank] = (value, now)

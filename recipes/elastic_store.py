@@ -24,8 +24,8 @@ quorum stores member lists and gloo's addresses; model state moves over gloo, no
 authenticate its first request. Nothing is pickled or evaluated: keys and values are bytes.
 
 Operations (what torch.distributed's gloo rendezvous, PrefixStore and recipes.elastic call):
-set, get (waits up to a timeout), add, check, wait, compare_set, append, delete_key, num_keys; and
-delete_prefix, with which recipes.elastic drops the keys of outer steps two behind (a long run with a
+set, get (waits up to a timeout), add, check, wait, compare_set, append, delete_key, num_keys;
+get_many (one round trip for every rank's heartbeat across a WAN), and delete_prefix, with which recipes.elastic drops the keys of outer steps two behind (a long run with a
 short H would otherwise fill the 200,000 keys in hours).
 
     python -m recipes.elastic_store --host 0.0.0.0 --port 29401 --token-file /var/run/geotrain/store-token
@@ -65,7 +65,7 @@ MAX_WAIT_MS = 3_600_000
 URL = re.compile(r"geotrain-store://([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]{2,39}\]):([0-9]{1,5})")
 
 # ops
-SET, GET, ADD, CHECK, WAIT, COMPARE_SET, APPEND, DELETE, NUM_KEYS, DELETE_PREFIX = range(1, 11)
+SET, GET, ADD, CHECK, WAIT, COMPARE_SET, APPEND, DELETE, NUM_KEYS, DELETE_PREFIX, GET_MANY = range(1, 12)
 # statuses
 OK, TIMEOUT, MISSING, REFUSED = range(4)
 
@@ -197,7 +197,7 @@ class Table:
     def apply(self, op: int, timeout_ms: int, args: list[bytes]) -> tuple[int, list[bytes]]:
         if op in (SET, GET, ADD, COMPARE_SET, APPEND, DELETE, DELETE_PREFIX) and (not args or len(args[0]) > MAX_KEY):
             return REFUSED, [f"a key of at most {MAX_KEY} bytes is needed".encode()]
-        if op in (CHECK, WAIT) and any(len(k) > MAX_KEY for k in args):
+        if op in (CHECK, WAIT, GET_MANY) and any(len(k) > MAX_KEY for k in args):
             return REFUSED, [f"keys are at most {MAX_KEY} bytes".encode()]
         if any(len(a) > MAX_VALUE for a in args):
             return REFUSED, [f"values are at most {MAX_VALUE} bytes".encode()]
@@ -252,6 +252,10 @@ class Table:
             for k in gone:
                 self.total -= len(k) + len(self.data.pop(k))
             return OK, [str(len(gone)).encode()]
+        if op == GET_MANY:  # per key b"1" and its value, or b"0" and b"" (absent): no waiting
+            if sum(len(self.data.get(k, b"")) for k in args) > MAX_VALUE:
+                return REFUSED, [f"values are at most {MAX_VALUE} bytes in all".encode()]
+            return OK, [part for k in args for part in ((b"1", self.data[k]) if k in self.data else (b"0", b""))]
         if op == NUM_KEYS and not args:
             return OK, [str(len(self.data)).encode()]
         return REFUSED, [b"unknown operation or wrong arguments"]

@@ -158,6 +158,11 @@ class NetworkStore(dist.Store):
     def delete_key(self, key: str) -> bool:
         return self._call(wire.DELETE, [self._key(key)])[0] == b"1"
 
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """The values of `keys` in one round trip (None where absent), without waiting."""
+        out = self._call(wire.GET_MANY, [self._key(k) for k in keys])
+        return [value if present == b"1" else None for present, value in zip(out[0::2], out[1::2])]
+
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key under `prefix` (after this store's own prefix); how many were deleted."""
         return int(self._call(wire.DELETE_PREFIX, [self._key(prefix)])[0])

@@ -63,6 +63,7 @@ def test_operations_torch_calls(server):
     store.append("l", "1;")
     store.append("l", "2;")
     assert store.get("l") == b"1;2;"
+    assert store.get_many(["n", "absent", "l"]) == [b"2", None, b"1;2;"]
     assert store.num_keys() == 4 and store.delete_key("a") and not store.delete_key("a")
     got = []
     waiter = threading.Thread(target=lambda: got.append(store.get("later")))  # its own connection
