@@ -187,8 +187,9 @@ def check_ssh_cluster(store, cluster: str, seconds: float, payload_bytes: int, p
     from core.bootstrap.deploy import build_plan, deploy
     from core.domain.link_verdicts import cluster_verdict, datacenter_links
 
+    python = check_python(python)  # before anything connects
     plan = build_plan(store, cluster, [])
-    options = CheckOptions(seconds, payload_bytes, check_python(python), progress,
+    options = CheckOptions(seconds, payload_bytes, python, progress,
                            plan.interface if plan.vpn else None, _probes(store, cluster))
     done = deploy(plan, steps=[check_step(options)], record=False, shell_factory=shell_factory, store=store)
     failures = {f.node: f"{f.phase}: {f.message}" for f in done.summary.failures}

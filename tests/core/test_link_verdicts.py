@@ -61,3 +61,17 @@ def test_nodes_list_names_a_node_whose_last_check_failed(geotrain_home, capsys):
     assert "  a: checked" not in listed  # a node that passed adds no line to the list
     assert main(["nodes", "show", "a"]) == 0
     assert any(line.startswith("check") and line.endswith(": ok") for line in capsys.readouterr().out.splitlines())
+
+
+def test_a_python_path_with_shell_words_is_refused_in_one_line(geotrain_home, capsys):
+    from core.cli import main
+    from core.domain.records import Cluster
+    from core.state.cluster_records import save_cluster
+    from core.state.store import Store
+
+    save_cluster(Store(), Cluster(name="eu", kind="geotrain"), create=True)
+    for bad in ("/usr/bin/python3; id", "$(id)", "python", "/opt/my env/python3", "../python3"):
+        assert main(["clusters", "check", "eu", "--python", bad]) != 0
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "is not an absolute path" in err, err
+    assert Store().get_setting("cluster_check/eu") is None  # nothing ran, nothing kept
