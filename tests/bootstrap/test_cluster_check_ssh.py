@@ -166,3 +166,18 @@ def test_a_node_without_torch_gets_one_line_not_a_failed_check(cluster):
     assert all(link["ok"] is None and link["why"].startswith("not measured: no torch on") for link in nodes)
     assert [(link["ok"], link["why"]) for link in between] == [(None, "no link between them was measured")]
     assert result["ok"] and result["slow_link"] is None
+
+
+def test_an_unreachable_node_is_named_and_the_others_still_checked(cluster):
+    hosts, names = cluster["hosts"], cluster["names"]
+    hosts[1].stop_sshd()
+    try:
+        result = run_check(cluster["store"], "ck", seconds=0.1, size="tiny", python=TORCH_PYTHON,
+                           shell_factory=ShellFactory(hosts))
+    finally:
+        hosts[1].restart_sshd()
+    down = next(n for n in result["nodes"] if n["name"] == names[1])
+    assert not result["ok"] and not down["ok"] and down["why"][0].startswith("not checked: facts: ")
+    assert all(n["ok"] for n in result["nodes"] if n["name"] != names[1])
+    assert [(link["a"], link["b"], link["ok"]) for link in result["links"] if link["kind"] == "node"] == [
+        (names[0], names[2], True)]
