@@ -49,6 +49,12 @@ def _container(task: dict) -> dict:
     return task["template"]["spec"]["containers"][0]
 
 
+def _events(log: str) -> list[dict]:
+    import json
+
+    return [json.loads(line.split(" ", 1)[1]) for line in log.splitlines() if line.startswith("geotrain-event ")]
+
+
 def _run_pod(task: dict, index: int, stand_in: Path, port: int, **extra: str) -> subprocess.CompletedProcess:
     """The task's pod `index` as its shell runs it: its plain env, Volcano's VC_TASK_INDEX, the store's port here."""
     env = {e["name"]: e["value"] for e in _container(task)["env"] if "value" in e}
@@ -166,11 +172,15 @@ def test_deploy_makes_a_fresh_token_that_only_its_secret_holds(fake, tmp_path, g
 
 
 @pytest.mark.slow
-def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("restart", [False, True])
+def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path, restart):  # noqa: F811
     """Two pods of two datacenters, as rendered (their shell, env and config), train elastic DiLoCo through
     the store their watcher serves, the watcher run as its Deployment says (the stand-in API server for
     pod state). Adapted for this machine only: the Service's name -> 127.0.0.1 and the port the watcher got,
-    /etc/geotrain, /checkpoints and the token's mount -> directories of this test."""
+    /etc/geotrain, /checkpoints and the token's mount -> directories of this test. With `restart`, the
+    second pod's container is killed (SIGKILL, its whole process group) mid-run and started again with the
+    same command, as kubelet does under restartPolicy OnFailure: the first trains on without it and it
+    rejoins from its live peer."""
     import json
     import sys
 
@@ -178,7 +188,8 @@ def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path):  # noqa
 
     groups = [NodeGroup("cpu", 0, ("a",), "fra"), NodeGroup("cpu", 0, ("b",), "lon")]
     cluster = Cluster(name="dc", kind="kubernetes", config={})
-    out = render_manifests("ws-r", make_spec(workers=2, steps=16, image=IMAGE), cluster, groups, "default", {},
+    steps = 160 if restart else 16
+    out = render_manifests("ws-r", make_spec(workers=2, steps=steps, image=IMAGE), cluster, groups, "default", {},
                            store_token="k" * 64)
     by = _by_name(out)
     (tmp_path / "etc").mkdir()
@@ -210,9 +221,16 @@ def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path):  # noqa
                         "GEOTRAIN_CHECKPOINT_DIR": str(tmp_path / "ckpt" / task["name"]), "OMP_NUM_THREADS": "1",
                         "WANDB_MODE": "offline", "HOME": str(tmp_path)})
             script = _container(task)["command"][2].replace("/etc/geotrain/config.yaml", str(tmp_path / "etc" / "config.yaml"))
-            log = open(tmp_path / f"{task['name']}.log", "w")
-            pods.append(subprocess.Popen(["/bin/sh", "-c", script], env=env, cwd=tmp_path, stdout=log,
-                                         stderr=subprocess.STDOUT))
+            log = open(tmp_path / f"{task['name']}.log", "a")
+            start = lambda: subprocess.Popen(["/bin/sh", "-c", script], env=env, cwd=tmp_path,  # noqa: E731
+                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            pods.append(start())
+        if restart:  # the second pod's container dies at an outer step, and its restart rejoins
+            wait_for(lambda: any(e.get("kind") == "outer_step" and e.get("step", 0) >= 2
+                                 for e in _events((tmp_path / "master.log").read_text())), 300, "outer step 2", 0.1)
+            os.killpg(pods[1].pid, 9)
+            pods[1].wait(30)
+            pods[1] = start()
         codes = [p.wait(timeout=600) for p in pods]
         logs = {t["name"]: (tmp_path / f"{t['name']}.log").read_text() for t in by["Job/gt-ws-r"]["spec"]["tasks"]}
         assert codes == [0, 0], {k: v[-3000:] for k, v in logs.items()}
@@ -226,8 +244,12 @@ def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path):  # noqa
         watcher.wait(30)
     # the watcher saw both datacenters in one quorum, through the store it served to the pods
     assert history[0]["datacenters"] == ["fra", "lon"] and history[0]["workers"] == 2, history
-    assert "step 16/16" in logs["master"] and "step 16/16" in logs["dc1"]
-    events = [json.loads(line.split(" ", 1)[1]) for line in logs["master"].splitlines()
-              if line.startswith("geotrain-event ")]
-    steps = [e for e in events if e.get("kind") == "outer_step"]
-    assert steps and all(e["members"] == [0, 1] for e in steps), steps  # every outer step over both pods, no torchrun
+    assert f"step {steps}/{steps}" in logs["master"] and f"step {steps}/{steps}" in logs["dc1"]
+    outer = [e["members"] for e in _events(logs["master"]) if e.get("kind") == "outer_step"]
+    if not restart:
+        assert outer and all(m == [0, 1] for m in outer), outer  # every outer step over both pods, no torchrun
+        return
+    assert outer[0] == [0, 1] and outer[-1] == [0, 1], outer  # the restarted pod is back in the quorum
+    assert any(e.get("kind") == "rejoined" for e in _events(logs["dc1"])), logs["dc1"][-2000:]  # from its live peer
+    kinds = [e["kind"] for e in _events(logs["master"])]
+    assert "resumed" not in kinds  # rank 0 never reloaded a checkpoint
