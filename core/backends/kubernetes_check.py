@@ -26,6 +26,8 @@ POLL_S = 2.0
 LOG_LINES = 200
 LOG_BYTES = 512 << 10
 ENDED = ("Succeeded", "Failed")
+# The check's pods run restricted: no host kernel log, no nvidia-smi of the host (SSH clusters read both)
+NO_GPU_FACTS = "ECC counters and Xids are not read by the Volcano check job (its pods cannot read the host's kernel log)"
 
 
 def _pods(backend: KubernetesBackend, job: str) -> list[dict]:
@@ -87,9 +89,10 @@ def check_kubernetes_cluster(store, cluster: Cluster, seconds: float, payload_by
             with contextlib.suppress(BackendError):
                 backend._delete_object(manifest["kind"], manifest["metadata"]["name"])
     nodes, links = results_from_logs(cluster.name, logs, world)
-    notes = [] if len(pods) >= world else [f"{world - len(pods)} of {world} pods were never made (scheduling?)"]
+    missing = [] if len(pods) >= world else [f"{world - len(pods)} of {world} pods were never made (scheduling?)"]
+    notes = missing + [NO_GPU_FACTS]
     verdict = cluster_verdict(cluster.name, "kubernetes", nodes, links, notes)
-    if len(pods) < world:
+    if missing:
         verdict["ok"] = False
-        verdict["why"].append(notes[0])
+        verdict["why"].append(missing[0])
     return verdict

@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from core.backends.kubernetes_check import NO_GPU_FACTS
 from core.cluster_checks import last_check, run_check
 from core.domain.check_modules import MODULES, module_path
 from core.domain.records import Cluster
@@ -108,6 +109,7 @@ def test_clusters_check_on_kubernetes_runs_the_job_and_reads_the_pods_lines(fake
     link, = result["links"]
     assert link["kind"] == "job" and link["world"] == 2 and link["busbw"] > 0 and link["bytes"] == 1000000
     assert last_check(store, "dc") == result
+    assert result["notes"] == [NO_GPU_FACTS]  # said, not silently missing
     # everything the check made is gone again; the token was in the Secret's body only
     assert not [key for key in fake.objects if job in key[2]]
     assert secret["stringData"]["token"] not in json.dumps(result)
