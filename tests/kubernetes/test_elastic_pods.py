@@ -172,12 +172,14 @@ def test_deploy_makes_a_fresh_token_that_only_its_secret_holds(fake, tmp_path, g
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("restart", [False, True])
+@pytest.mark.parametrize("restart", [False, True, "watcher"])
 def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path, restart):  # noqa: F811
     """Two pods of two datacenters, as rendered (their shell, env and config), train elastic DiLoCo through
     the store their watcher serves, the watcher run as its Deployment says (the stand-in API server for
     pod state). Adapted for this machine only: the Service's name -> 127.0.0.1 and the port the watcher got,
-    /etc/geotrain, /checkpoints and the token's mount -> directories of this test. With `restart`, the
+    /etc/geotrain, /checkpoints and the token's mount -> directories of this test. With "watcher", the watcher
+    is killed at outer step 2 and started again on its port with an empty store, as its Deployment would:
+    the pods reconnect and train on. With True, the
     second pod's container is killed (SIGKILL, its whole process group) mid-run and started again with the
     same command, as kubelet does under restartPolicy OnFailure: the first trains on without it and it
     rejoins from its live peer."""
@@ -208,11 +210,14 @@ def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path, restart)
     args[args.index("--store-token-file") + 1] = str(token)
     args[args.index("--poll-s") + 1] = "0.2"
     repo = Path(__file__).resolve().parents[2]
-    watcher = subprocess.Popen([sys.executable, "-m", "recipes.watcher", *args, "--store-host", "127.0.0.1",
-                                "--api", fake.url], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def run_watcher():
+        return subprocess.Popen([sys.executable, "-m", "recipes.watcher", *args, "--store-host", "127.0.0.1",
+                                 "--api", fake.url], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watcher = run_watcher()
     pods = []
     try:
         port = int(watcher.stdout.readline().rsplit(":", 1)[1])
+        args[args.index("--store-port") + 1] = str(port)  # a restarted watcher pod keeps its port
         for task in by["Job/gt-ws-r"]["spec"]["tasks"]:
             env = {e["name"]: e["value"] for e in _container(task)["env"] if "value" in e}
             env.update({"PATH": os.environ["PATH"], "PYTHONPATH": str(repo), "VC_TASK_INDEX": "0",
@@ -225,7 +230,13 @@ def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path, restart)
             start = lambda: subprocess.Popen(["/bin/sh", "-c", script], env=env, cwd=tmp_path,  # noqa: E731
                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             pods.append(start())
-        if restart:  # the second pod's container dies at an outer step, and its restart rejoins
+        if restart == "watcher":  # the watcher's pod dies and its Deployment starts it again, its store empty
+            wait_for(lambda: any(e.get("kind") == "outer_step" and e.get("step", 0) >= 2
+                                 for e in _events((tmp_path / "master.log").read_text())), 300, "outer step 2", 0.1)
+            watcher.kill()
+            watcher.wait(30)
+            watcher = run_watcher()
+        elif restart:  # the second pod's container dies at an outer step, and its restart rejoins
             wait_for(lambda: any(e.get("kind") == "outer_step" and e.get("step", 0) >= 2
                                  for e in _events((tmp_path / "master.log").read_text())), 300, "outer step 2", 0.1)
             os.killpg(pods[1].pid, 9)
@@ -248,6 +259,10 @@ def test_rendered_pods_train_through_the_watchers_store(fake, tmp_path, restart)
     outer = [e["members"] for e in _events(logs["master"]) if e.get("kind") == "outer_step"]
     if not restart:
         assert outer and all(m == [0, 1] for m in outer), outer  # every outer step over both pods, no torchrun
+        return
+    if restart == "watcher":  # its store came back empty: the pods reconnected and trained on, nothing reloaded
+        assert not [e for log in logs.values() for e in _events(log) if e.get("kind") == "resumed"]
+        assert outer[-1] == [0, 1], outer
         return
     assert outer[0] == [0, 1] and outer[-1] == [0, 1], outer  # the restarted pod is back in the quorum
     assert any(e.get("kind") == "rejoined" for e in _events(logs["dc1"])), logs["dc1"][-2000:]  # from its live peer
