@@ -33,6 +33,7 @@ STORE_PORT = 29531  # the pair's rendezvous store, on the first node's mesh addr
 NO_TORCH = "burn-in needs torch on the node or the Volcano check job"
 DEFAULT_PYTHONS = ("python3", "/usr/bin/python3")  # the login PATH's, then the system's
 LINK_TIMEOUT_S = 240
+STORE_WAIT_S = 60  # how long the pair's second rank retries the store (the first may still import torch)
 Progress = Callable[[str], None]
 
 
@@ -121,7 +122,7 @@ def _link(options: CheckOptions, ctx: DeployContext, a: NodeTarget, b: NodeTarge
         lacking = a.name if a.facts["check"]["python"] is None else b.name
         return link_entry(a.name, b.name, [], failed=f"not measured: no torch on {lacking}") | {"ok": None}
     address = ctx.plan.address(a.spec)
-    env = {"WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "GEOTRAIN_ELASTIC_STORE_RETRY_S": "60"}
+    env = {"WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "GEOTRAIN_ELASTIC_STORE_RETRY_S": str(STORE_WAIT_S)}
     if options.interface:
         env["GLOO_SOCKET_IFNAME"] = options.interface
     argv = ["--link", "--store", f"{address}:{STORE_PORT}", "--payload-bytes", str(options.payload_bytes)]

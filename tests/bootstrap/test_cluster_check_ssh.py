@@ -181,3 +181,29 @@ def test_an_unreachable_node_is_named_and_the_others_still_checked(cluster):
     assert all(n["ok"] for n in result["nodes"] if n["name"] != names[1])
     assert [(link["a"], link["b"], link["ok"]) for link in result["links"] if link["kind"] == "node"] == [
         (names[0], names[2], True)]
+
+
+def test_a_failing_link_is_named_with_both_ends_words(cluster, monkeypatch):
+    """The store's port on host 1's mesh address is taken (a socket bound there, no SO_REUSEADDR): the
+    link host 1 - host 2, whose first rank serves the store on host 1, fails; the others pass."""
+    from core.bootstrap import check_over_ssh
+
+    hosts, names = cluster["hosts"], cluster["names"]
+    monkeypatch.setattr(check_over_ssh, "STORE_WAIT_S", 8)  # the second rank gives up sooner
+    blocker = subprocess.Popen(
+        ["nsenter", "-t", str(hosts[1].pid), "-n", sys.executable, "-c",
+         "import socket, sys; s = socket.socket(); s.bind(('10.242.0.2', 29531)); print('bound', flush=True); "
+         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert blocker.stdout.readline().strip() == "bound"
+        result = run_check(cluster["store"], "ck", seconds=0.1, size="tiny", python=TORCH_PYTHON,
+                           shell_factory=ShellFactory(hosts))
+    finally:
+        blocker.stdin.close()
+        blocker.wait(timeout=30)
+    links = {(link["a"], link["b"]): link for link in result["links"] if link["kind"] == "node"}
+    failed = links[(names[1], names[2])]
+    assert not failed["ok"] and f"{names[1]}: OSError: [Errno 98] Address already in use" in failed["why"]
+    assert links[(names[0], names[1])]["ok"] and links[(names[0], names[2])]["ok"]
+    assert not result["ok"] and result["why"] == [f"link {failed['name']}: {failed['why']}"]
+    assert all(node["ok"] for node in result["nodes"])  # the link failed, not a node
