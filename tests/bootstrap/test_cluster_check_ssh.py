@@ -184,15 +184,19 @@ def test_an_unreachable_node_is_named_and_the_others_still_checked(cluster):
 
 
 def test_a_failing_link_is_named_with_both_ends_words(cluster, monkeypatch):
-    """The store's port on host 1's mesh address is taken (a socket bound there, no SO_REUSEADDR): the
-    link host 1 - host 2, whose first rank serves the store on host 1, fails; the others pass."""
+    """The store's port on host 1's mesh address is taken (a listening socket that hangs up on whoever
+    calls; SO_REUSEADDR, as an earlier check's store may have left the port in TIME_WAIT): the link
+    host 1 - host 2, whose first rank serves the store on host 1, fails; the others pass."""
     from core.bootstrap import check_over_ssh
 
     hosts, names = cluster["hosts"], cluster["names"]
     monkeypatch.setattr(check_over_ssh, "STORE_WAIT_S", 8)  # the second rank gives up sooner
     blocker = subprocess.Popen(
         ["nsenter", "-t", str(hosts[1].pid), "-n", sys.executable, "-c",
-         "import socket, sys; s = socket.socket(); s.bind(('10.242.0.2', 29531)); print('bound', flush=True); "
+         "import socket, sys, threading\n"
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         "s.bind(('10.242.0.2', 29531)); s.listen(8); print('bound', flush=True)\n"
+         "threading.Thread(target=lambda: [s.accept()[0].close() for _ in iter(int, 1)], daemon=True).start()\n"
          "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert blocker.stdout.readline().strip() == "bound"
