@@ -20,8 +20,11 @@ and logged as one line (peer and reason: never a key or a value).
 
 Bounds (documented for the watcher's footprint): key <= 512 bytes, value <= 4 MiB (the elastic
 quorum stores member lists and gloo's addresses; model state moves over gloo, not the store),
-200,000 keys, 256 MiB of keys and values in all, 128 connections, 10 s for a new connection to
-authenticate its first request. Nothing is pickled or evaluated: keys and values are bytes.
+200,000 keys, 256 MiB of keys and values in all, 1024 authenticated connections (two per rank:
+its main thread and its heartbeat), 32 connections still authenticating and 4 of them per peer
+address, each given 10 s in all (not per read: a peer trickling bytes is cut at 10 s) to
+authenticate its first request; TCP keepalive on every connection, so the slot of a peer lost
+behind a cut link is freed in about a minute. Nothing is pickled or evaluated: keys and values are bytes.
 
 Operations (what torch.distributed's gloo rendezvous, PrefixStore and recipes.elastic call):
 set, get (waits up to a timeout), add, check, wait, compare_set, append, delete_key, num_keys;
@@ -34,136 +37,23 @@ short H would otherwise fill the 200,000 keys in hours).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import hmac
 import os
-import re
 import socket
 import socketserver
-import struct
 import sys
 import threading
 import time
 
 from recipes.elastic_quorum import parse_members, quorum_view
-
-MAGIC = b"GTS1"
-NONCE_BYTES = 16
-TAG = 32
-HEADER = struct.Struct(">IQ")  # body length, counter
-BODY_HEAD = struct.Struct(">BIH")  # op or status, timeout ms, argument count
-MIN_TOKEN = 32
-MAX_KEY = 512
-MAX_VALUE = 4 << 20
-MAX_ARGS = 4096  # a wait/check on many keys (gloo's rendezvous checks one per rank)
-MAX_FRAME = MAX_VALUE + MAX_ARGS * (MAX_KEY + 4) + BODY_HEAD.size + 64
-MAX_KEYS = 200_000
-MAX_TOTAL = 256 << 20
-MAX_CONNECTIONS = 128
-AUTH_WAIT_S = 10.0
-MAX_WAIT_MS = 3_600_000
-URL = re.compile(r"geotrain-store://([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]{2,39}\]):([0-9]{1,5})")
-
-# ops
-SET, GET, ADD, CHECK, WAIT, COMPARE_SET, APPEND, DELETE, NUM_KEYS, DELETE_PREFIX, GET_MANY = range(1, 12)
-# statuses
-OK, TIMEOUT, MISSING, REFUSED = range(4)
+from recipes.elastic_store_wire import (ADD, APPEND, AUTH_WAIT_S, CHECK, COMPARE_SET, DELETE, DELETE_PREFIX, GET,
+                                        GET_MANY, KEEPALIVE, MAGIC, MAX_CONNECTIONS, MAX_COUNT, MAX_KEY,
+                                        MAX_KEYS, MAX_PENDING, MAX_PENDING_PER_PEER, MAX_TOTAL, MAX_VALUE, MIN_TOKEN,
+                                        MAX_WAIT_MS, NONCE_BYTES, NUM_KEYS, OK, REFUSED, SET, TIMEOUT, WAIT,
+                                        ProtocolError, pack_body, parse_url, read_token, recv_frame, send_frame,
+                                        unpack_body)
 
 
-class ProtocolError(Exception):
-    """A frame that is not ours: the connection is closed."""
-
-
-def read_token(path: str) -> bytes:
-    """The workspace token from `path` (a Secret's file): at most 4 KiB, at least 32 bytes, trailing
-    newline dropped. Links are followed (Kubernetes mounts Secret keys through ..data links)."""
-    with open(path, "rb") as fh:
-        data = fh.read(4097)
-    if len(data) > 4096:
-        raise SystemExit(f"the store token file {path} is over 4 KiB: it should hold one random token")
-    token = data.rstrip(b"\r\n")
-    if len(token) < MIN_TOKEN:
-        raise SystemExit(f"the store token in {path} is {len(token)} bytes; it needs at least {MIN_TOKEN} "
-                         "random bytes (e.g. python -c 'import secrets; print(secrets.token_hex(32))')")
-    return token
-
-
-def parse_url(value: str) -> tuple[str, int] | None:
-    """(host, port) of a `geotrain-store://HOST:PORT` value; None for anything else (a file path)."""
-    if not value.startswith("geotrain-store://"):
-        return None
-    match = URL.fullmatch(value)
-    if not match or not 0 < int(match.group(2)) < 65536:
-        raise ValueError(f"{value!r} is not geotrain-store://HOST:PORT (a host name or address, a port 1-65535)")
-    return match.group(1).strip("[]"), int(match.group(2))
-
-
-def mac(token: bytes, nonce: bytes, part: bytes, counter: int, data: bytes) -> bytes:
-    return hmac.new(token, nonce + part + struct.pack(">Q", counter) + data, hashlib.sha256).digest()
-
-
-def pack_body(code: int, args: list[bytes], timeout_ms: int = 0) -> bytes:
-    out = [BODY_HEAD.pack(code, timeout_ms, len(args))]
-    for arg in args:
-        out.append(struct.pack(">I", len(arg)))
-        out.append(arg)
-    return b"".join(out)
-
-
-def unpack_body(body: bytes) -> tuple[int, int, list[bytes]]:
-    if len(body) < BODY_HEAD.size:
-        raise ProtocolError("short body")
-    code, timeout_ms, count = BODY_HEAD.unpack_from(body)
-    if count > MAX_ARGS:
-        raise ProtocolError("too many arguments")
-    args, pos = [], BODY_HEAD.size
-    for _ in range(count):
-        if pos + 4 > len(body):
-            raise ProtocolError("truncated argument")
-        (size,) = struct.unpack_from(">I", body, pos)
-        pos += 4
-        if pos + size > len(body):
-            raise ProtocolError("truncated argument")
-        args.append(body[pos:pos + size])
-        pos += size
-    if pos != len(body):
-        raise ProtocolError("trailing bytes")
-    return code, timeout_ms, args
-
-
-def send_frame(sock: socket.socket, token: bytes, nonce: bytes, counter: int, body: bytes, server: bool) -> None:
-    head, tail = (b"H", b"B") if server else (b"h", b"b")
-    length = struct.pack(">I", len(body))
-    sock.sendall(HEADER.pack(len(body), counter) + mac(token, nonce, head, counter, length)
-                 + body + mac(token, nonce, tail, counter, body))
-
-
-def recv_exact(sock: socket.socket, size: int) -> bytes:
-    parts, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            raise ConnectionError("the peer closed the connection")
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
-
-
-def recv_frame(sock: socket.socket, token: bytes, nonce: bytes, counter: int, server: bool) -> bytes:
-    """The next authenticated body; ProtocolError for a bad tag, counter or size."""
-    head, tail = (b"h", b"b") if server else (b"H", b"B")
-    raw = recv_exact(sock, HEADER.size + TAG)
-    length, got_counter = HEADER.unpack_from(raw)
-    if not hmac.compare_digest(raw[HEADER.size:], mac(token, nonce, head, got_counter, struct.pack(">I", length))):
-        raise ProtocolError("bad header tag (wrong token or not a geotrain store client)")
-    if got_counter != counter:
-        raise ProtocolError(f"counter {got_counter} where {counter} was due (a replayed or reordered request)")
-    if length > MAX_FRAME:
-        raise ProtocolError(f"a {length}-byte frame is over the {MAX_FRAME}-byte bound")
-    body = recv_exact(sock, length)
-    if not hmac.compare_digest(recv_exact(sock, TAG), mac(token, nonce, tail, counter, body)):
-        raise ProtocolError("bad body tag")
-    return body
+LOG_BURST = 20  # log lines a minute
 
 
 class Table:
@@ -221,6 +111,8 @@ class Table:
                 value = int(self.data.get(key, b"0")) + int(args[1])
             except ValueError:
                 return REFUSED, [b"add on a value that is not an integer"]
+            if not -MAX_COUNT <= value < MAX_COUNT:
+                return REFUSED, [b"add beyond a 64-bit integer"]
             self._put(key, str(value).encode())
             return OK, [str(value).encode()]
         if op == CHECK:
@@ -266,42 +158,76 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock, owner = self.request, self.server.owner
-        peer = "%s:%s" % self.client_address[:2]
-        if not owner._slots.acquire(blocking=False):
-            owner._log(f"refused {peer}: {MAX_CONNECTIONS} connections are open")
+        peer, address = "%s:%s" % self.client_address[:2], self.client_address[0]
+        if not owner._admit(address):
+            owner._log(f"refused {peer}: {MAX_PENDING} connections are authenticating (or "
+                       f"{MAX_PENDING_PER_PEER} from this address)")
             return
         with owner._lock:
             owner._open.add(sock)
+        holding = "pending"
         try:
-            self._serve(sock, owner, peer)
+            _keepalive(sock)
+            holding = self._serve(sock, owner, peer, address)
         finally:
             with owner._lock:
                 owner._open.discard(sock)
-            owner._slots.release()
+            owner._release(holding, address)
 
-    def _serve(self, sock: socket.socket, owner: "StoreServer", peer: str) -> None:
+    def _serve(self, sock: socket.socket, owner: "StoreServer", peer: str, address: str) -> str:
+        """Serves the connection; which slot it holds at the end ("pending", "served" or "none")."""
         nonce = os.urandom(NONCE_BYTES)
-        counter = 1
+        counter, holding = 1, "pending"
+        # one deadline for the whole first request: a timeout per read would let a peer that sends a
+        # byte every few seconds hold its slot for as long as it likes
+        expired: list[bool] = []
+        cut = threading.Timer(AUTH_WAIT_S, lambda: (expired.append(True), _shut(sock)))
+        cut.daemon = True
+        cut.start()
         try:
             sock.sendall(MAGIC + nonce)
-            sock.settimeout(AUTH_WAIT_S)  # until the first request authenticates
             while True:
                 try:
                     body = recv_frame(sock, owner.token, nonce, counter, server=True)
                     op, timeout_ms, args = unpack_body(body)
                 except ProtocolError as exc:
                     owner._log(f"closed {peer}: {exc}")
-                    return
-                except socket.timeout:
-                    if counter == 1:
+                    return holding
+                except (ConnectionError, OSError):
+                    if counter == 1 and expired:
                         owner._log(f"closed {peer}: no authenticated request within {AUTH_WAIT_S:.0f} s")
-                    return
-                sock.settimeout(None)
+                    return holding
+                if counter == 1:
+                    cut.cancel()
+                    holding = owner._promote(address)
+                    if holding == "none":
+                        owner._log(f"refused {peer}: {MAX_CONNECTIONS} authenticated connections are open")
+                        send_frame(sock, owner.token, nonce, counter, pack_body(REFUSED, [
+                            f"the store serves at most {MAX_CONNECTIONS} connections".encode()]), server=True)
+                        return holding
                 status, out = owner.table.apply(op, timeout_ms, args)
                 send_frame(sock, owner.token, nonce, counter, pack_body(status, out), server=True)
                 counter += 1
         except (ConnectionError, OSError):
-            return  # the client went away
+            return holding  # the client went away
+        finally:
+            cut.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """Probe an idle connection, so that a peer gone behind a cut link frees its slot (Linux's
+    options; elsewhere the system's keepalive defaults)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in KEEPALIVE:
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -319,8 +245,10 @@ class StoreServer:
             raise ValueError(f"the store token needs at least {MIN_TOKEN} bytes")
         self.host, self.token = host, token
         self.table = Table()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # peer address -> connections authenticating
+        self._served = 0
+        self._log_window = [time.monotonic(), 0, 0]  # window start, lines in it, lines left out
         self._open: set[socket.socket] = set()
         self._logger = log or (lambda line: print(line, file=sys.stderr, flush=True))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -330,8 +258,50 @@ class StoreServer:
         self.port = self._server.server_address[1]
         self._thread: threading.Thread | None = None
 
+    def _admit(self, address: str) -> bool:
+        with self._lock:
+            if sum(self._pending.values()) >= MAX_PENDING or self._pending.get(address, 0) >= MAX_PENDING_PER_PEER:
+                return False
+            self._pending[address] = self._pending.get(address, 0) + 1
+            return True
+
+    def _promote(self, address: str) -> str:
+        """An authenticated connection leaves the pending pool: "served", or "none" when full."""
+        with self._lock:
+            self._drop_pending(address)
+            if self._served >= MAX_CONNECTIONS:
+                return "none"
+            self._served += 1
+            return "served"
+
+    def _release(self, holding: str, address: str) -> None:
+        with self._lock:
+            if holding == "pending":
+                self._drop_pending(address)
+            elif holding == "served":
+                self._served -= 1
+
+    def _drop_pending(self, address: str) -> None:
+        left = self._pending.get(address, 0) - 1
+        if left > 0:
+            self._pending[address] = left
+        else:
+            self._pending.pop(address, None)
+
     def _log(self, line: str) -> None:
-        self._logger(f"elastic store: {line}")
+        """One line, at most LOG_BURST a minute (refusals come at whatever rate a peer likes); the
+        number left out is said with the next line let through."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._log_window[0] >= 60:
+                self._log_window = [now, 0, self._log_window[2]]
+            self._log_window[1] += 1
+            if self._log_window[1] > LOG_BURST:
+                self._log_window[2] += 1
+                return
+            skipped, self._log_window[2] = self._log_window[2], 0
+        note = f" ({skipped} lines like it left out)" if skipped else ""
+        self._logger(f"elastic store: {line}{note}")
 
     def start(self) -> "StoreServer":
         self._thread = threading.Thread(target=self._server.serve_forever, name="elastic-store", daemon=True)
@@ -348,10 +318,7 @@ class StoreServer:
         with self._lock:
             open_ = list(self._open)
         for sock in open_:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shut(sock)
         return len(open_)
 
     @property
@@ -370,7 +337,7 @@ class StoreServer:
         return quorum_view(self.snapshot("gen"))
 
 
-__all__ = ["StoreServer", "parse_members", "quorum_view", "serve_main"]
+__all__ = ["StoreServer", "parse_members", "parse_url", "quorum_view", "read_token", "serve_main"]
 
 
 def serve_main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from recipes import elastic_store as wire
+from recipes import elastic_store_wire as wire
 from recipes.telemetry import say
 
 RETRY_ENV = "GEOTRAIN_ELASTIC_STORE_RETRY_S"
@@ -118,7 +118,8 @@ class NetworkStore(dist.Store):
         return self._prefix + _bytes(key)
 
     def _timeout_ms(self, timeout: timedelta | None = None) -> int:
-        return int((timeout if timeout is not None else self._timeout).total_seconds() * 1000)
+        ms = int((timeout if timeout is not None else self._timeout).total_seconds() * 1000)
+        return max(0, min(ms, wire.MAX_WAIT_MS))  # the server waits at most MAX_WAIT_MS; the field is 32 bits
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -11,6 +11,7 @@ import time
 from core.cli.output import dump_json, table
 from core.cluster_checks import SETTING, last_check, payload_bytes, run_check  # noqa: F401 (SETTING: app)
 from core.domain import limits
+from core.domain.terminal_text import printable
 from core.errors import NotFound
 from core.state.store import LOCAL_CLUSTER, Store
 
@@ -61,11 +62,11 @@ def show(result: dict) -> None:
     for node in result["nodes"]:
         for gpu in node["gpus"]:
             ecc = "no ECC" if gpu["ecc_uncorrected"] is None else f"ECC {gpu['ecc_corrected']} corrected, {gpu['ecc_uncorrected']} uncorrected"
-            print(f"  {node['name']} GPU {gpu['index']} {gpu['name']}: {ecc}, {gpu['temperature_c']} C")
-        for why in node["why"]:
-            print(f"  {node['name']}: {why}")
+            print(printable(f"  {node['name']} GPU {gpu['index']} {gpu['name']}: {ecc}, {gpu['temperature_c']} C"))
+        for why in node["why"]:  # words from the node or its pod: never a terminal escape
+            print(printable(f"  {node['name']}: {why}"))
         if node.get("burn_in"):
-            print(f"  {node['name']}: {node['burn_in']}")
+            print(printable(f"  {node['name']}: {node['burn_in']}"))
     if result["links"]:
         show_links(result)
     for line in result.get("notes") or []:

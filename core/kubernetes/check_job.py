@@ -17,6 +17,7 @@ from core.domain.check_modules import MODULES, module_path, module_sources
 from core.domain.check_results import judge_node, parse_rank_line
 from core.domain.images import image_for
 from core.domain.records import Cluster
+from core.domain.terminal_text import printable
 from core.kubernetes import recipes_delivery as delivery
 from core.kubernetes.manifests import API_VERSION, DEFAULT_QUEUE, MANAGED, POD_UID
 from core.kubernetes.network_policy import render_network_policy
@@ -128,7 +129,7 @@ def results_from_logs(cluster: str, logs: dict[str, tuple[str, str]], world: int
     for pod, (node, text) in sorted(logs.items()):
         parsed = next((p for p in map(parse_rank_line, text.splitlines()[-200:]) if p), None)
         if parsed is None:
-            last = (text.strip().splitlines() or ["no output"])[-1][:200]
+            last = printable((text.strip().splitlines() or ["no output"])[-1])[:200]  # the pod's words, shown
             nodes.append(judge_node(node, [], [], [], failed=f"pod {pod} gave no result: {last}"))
             continue
         ranks.append(parsed)

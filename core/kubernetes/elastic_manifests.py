@@ -186,6 +186,8 @@ def watcher_store(deployment: dict[str, Any], job: str) -> None:
     _mount_token(pod, container, job, WATCHER_UID)
     container["ports"] = [{"name": "store", "containerPort": ELASTIC_STORE_PORT, "protocol": "TCP"}]
     container["command"] += ["--store-port", str(ELASTIC_STORE_PORT), "--store-token-file", TOKEN_FILE]
-    # the store holds the quorum's keys in memory: a little more room than the watcher alone
-    container["resources"] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    # the store holds the quorum's keys in memory (recipes.elastic_store: 256 MiB at most, a few MiB in
+    # use) plus the frames being read; the limit leaves that bound room, so a full store is refused by
+    # the store, not ended by the kernel's OOM killer (which would lose the quorum)
+    container["resources"] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
 

@@ -132,3 +132,13 @@ def test_a_pod_without_a_result_names_its_node(fake, tmp_path, geotrain_home):
     n1, n2 = result["nodes"]
     assert n1["ok"] and not n2["ok"]
     assert n2["why"] == [f"pod {bad} gave no result: RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+
+
+def test_a_pods_last_words_reach_the_result_without_terminal_escapes():
+    """Found in review: a pod's last log line went into the result (and the CLI's output) raw."""
+    from core.kubernetes.check_job import results_from_logs
+
+    hostile = "\x1b]0;owned\x07\x1b[2Jno result here\x1b[31m"
+    nodes, links = results_from_logs("c", {"gt-check-c-check-0": ("n1", f"starting\n{hostile}\n")}, 1)
+    (why,) = nodes[0]["why"]
+    assert "\x1b" not in why and "\x07" not in why and "no result here" in why and links == []

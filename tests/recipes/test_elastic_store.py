@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes import elastic_store as wire
+from recipes import elastic_store, elastic_store_wire as wire
 from recipes.elastic_store import StoreServer, quorum_view
 from recipes.elastic_store_client import NetworkStore, StoreError
 from tests.faults.faults import wait_for
@@ -128,6 +128,50 @@ def test_oversize_and_garbage_are_refused_and_the_server_serves_on(server):
     assert _closed(bad_body)
     assert any("over the" in line for line in server.lines)
     assert any("truncated" in line or "trailing" in line for line in server.lines)
+    _still_serving(server)
+
+
+def test_an_unauthenticated_peer_cannot_hold_or_fill_the_server(monkeypatch):
+    """Found in review: 128 idle connections locked every client out, and a peer sending a byte every
+    few seconds held its slot for minutes. Now connections still authenticating have their own small
+    pool, at most a few per address, and one deadline in all for the first request."""
+    monkeypatch.setattr(elastic_store, "AUTH_WAIT_S", 1.0)
+    lines: list[str] = []
+    srv = StoreServer("127.0.0.1", 0, TOKEN, log=lines.append).start()
+    try:
+        idle = [_raw(srv)[0] for _ in range(wire.MAX_PENDING_PER_PEER)]  # each read its hello
+        extra = socket.create_connection(("127.0.0.1", srv.port), timeout=10)  # one more from this address
+        assert _closed(extra)  # no hello: refused at once
+        assert any("authenticating" in line for line in lines)
+        trickle = idle[0]
+        for _ in range(3):  # a byte every 0.4 s: under a per-read timeout this would stay forever
+            try:
+                trickle.sendall(b"\0")
+            except OSError:
+                break
+            threading.Event().wait(0.4)
+        wait_for(lambda: all(_closed(s) for s in idle), 10, "the idle and trickling peers cut at the deadline")
+        assert any("no authenticated request within" in line for line in lines)
+        _still_serving(srv)  # the pool is free again
+        many = [NetworkStore("127.0.0.1", srv.port, TOKEN, timeout=timedelta(seconds=5)) for _ in range(12)]
+        for i, store in enumerate(many):  # authenticated clients are not bound by the pending pool
+            store.set(f"k{i}", "v")
+        assert len(srv.snapshot("k")) == 12 and srv.connections >= 12
+        for store in many:
+            store.close()
+    finally:
+        srv.close()
+
+
+def test_add_past_64_bits_is_refused_not_a_crash(server):
+    store = NetworkStore("127.0.0.1", server.port, TOKEN, timeout=timedelta(seconds=5))
+    store.add("n", (1 << 63) - 1)
+    with pytest.raises(StoreError, match="64-bit"):
+        store.add("n", 1)
+    with pytest.raises(StoreError, match="64-bit"):
+        store.add("m", 10 ** 4000)  # its str() would raise beyond Python's digit limit
+    assert store.get("n") == str((1 << 63) - 1).encode()
+    store.wait(["n"], timedelta(days=400))  # over the 32-bit millisecond field: capped, not a struct.error
     _still_serving(server)
 
 
