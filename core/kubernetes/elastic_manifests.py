@@ -145,6 +145,9 @@ def _mount_token(pod_spec: dict[str, Any], container: dict[str, Any], job: str, 
     container.setdefault("volumeMounts", []).append(mount)
     context = pod_spec.setdefault("securityContext", {})
     context.setdefault("fsGroup", uid)
+    # without it kubelet re-owns every file of every volume (a checkpoint claim too) at each pod start
+    # (Kubernetes docs, "Configure volume permission and ownership change policy for Pods")
+    context.setdefault("fsGroupChangePolicy", "OnRootMismatch")
 
 
 def elastic_job(job_manifest: dict[str, Any]) -> None:
