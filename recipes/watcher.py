@@ -24,6 +24,10 @@ recipes.elastic_store, HMAC-authenticated, behind its Service and NetworkPolicy)
 view of the quorum (outer step, the datacenters present and their workers) goes into the state,
 and a change of the datacenters present into the history (kind "quorum").
 
+With `--notify-file` (the workspace's notify Secret, mounted optional) it POSTs COMPLETED, FAILED
+(the job's phase) and RECOVERED (a recovery it wrote down) to the webhook there (recipes.watcher_notify);
+each event once: those sent are kept in the state, so a restarted watcher does not send them again.
+
 Standard library only (no kubernetes client in the image): in the pod it talks HTTPS to the
 API server with the pod's service-account token and CA; `--api URL` points it elsewhere (tests).
 """
@@ -59,6 +63,8 @@ LOG_TAIL = "container=trainer&tailLines=400&limitBytes=262144"  # a bounded tail
 TRAINING_WAIT_S = 3600.0  # a replacement that shows no step by then is written down as running, steps unknown
 # recovery.keep_failed_pods (core/kubernetes/failed_pods.py): a failed pod stays where it failed, for a look
 KEEP_ANNOTATION = "geotrain.io/keep-failed-pods"
+WORKSPACE_ANNOTATION = "geotrain.io/workspace-id"  # core.kubernetes.manifests: the id the user knows
+MAX_NOTIFIED = 500
 
 
 def _text(value: Any) -> str:
@@ -112,10 +118,14 @@ class Api:
 class Watcher:
     """One workspace's pods, recoveries and history; `poll()` is one idempotent pass."""
 
-    def __init__(self, api: Api, namespace: str, job: str, history: str, budget: int, quorum=None) -> None:
-        """`quorum`: the store's quorum_view (recipes.elastic_store.StoreServer), None without a store."""
+    def __init__(self, api: Api, namespace: str, job: str, history: str, budget: int, quorum=None,
+                 notify_file: str | None = None) -> None:
+        """`quorum`: the store's quorum_view (recipes.elastic_store.StoreServer), None without a store;
+        `notify_file`: the webhook's address, a Secret's file (recipes.watcher_notify)."""
         self.api, self.namespace, self.job, self.history_name, self.budget = api, namespace, job, history, budget
-        self.quorum = quorum
+        self.quorum, self.notify_file = quorum, notify_file
+        self.workspace = job.removeprefix("gt-")
+        self.notified: list[str] = []  # the events already sent (or passed over with no address), by key
         self.present: list[str] | None = None  # the datacenters in the last quorum written down
         self.core = f"/api/v1/namespaces/{namespace}"
         self.history: list[dict] = []
@@ -151,6 +161,8 @@ class Watcher:
         quorum = state.get("quorum") if isinstance(state, dict) else None
         if isinstance(quorum, dict) and isinstance(quorum.get("datacenters"), dict):
             self.present = sorted(str(dc) for dc in quorum["datacenters"])
+        notified = state.get("notified") if isinstance(state, dict) else None
+        self.notified = [str(k) for k in notified][-MAX_NOTIFIED:] if isinstance(notified, list) else []
 
     @property
     def used(self) -> int:
@@ -171,7 +183,7 @@ class Watcher:
                            STATE_KEY: json.dumps({**self.state, "updated_at": now, "used": self.used,
                                                   "budget": self.budget,
                                                   "waiting": {n: list(v) for n, v in self.waiting.items()},
-                                                  "known": self.known})}
+                                                  "known": self.known, "notified": self.notified})}
         self.api.checked("PUT", f"{self.core}/configmaps/{self.history_name}", current)  # resourceVersion kept
         self.written_at = now
 
@@ -184,7 +196,9 @@ class Watcher:
         if job is None:
             return True  # not made yet (the watcher is created first), or deleted: the Deployment goes with it
         phase = str(((job.get("status") or {}).get("state") or {}).get("phase") or "Pending")
-        self.keep = ((job.get("metadata") or {}).get("annotations") or {}).get(KEEP_ANNOTATION) == "true"
+        annotations = (job.get("metadata") or {}).get("annotations") or {}
+        self.keep = annotations.get(KEEP_ANNOTATION) == "true"
+        self.workspace = _text(annotations.get(WORKSPACE_ANNOTATION) or self.workspace)[:64]
         selector = urllib.parse.quote(f"volcano.sh/job-name={self.job}")
         pods = (self.api.checked("GET", f"{self.core}/pods?labelSelector={selector}") or {}).get("items") or []
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
@@ -193,8 +207,21 @@ class Watcher:
                       "running": sum((p.get("status") or {}).get("phase") == "Running" for p in pods)}
         if self.quorum is not None:
             self._quorum()
+        if phase in ENDED_JOB_PHASES:
+            event = "COMPLETED" if phase == "Completed" else "FAILED"
+            self._notify(event, event, f"the Volcano job ended {_text(phase)}")
         self._write(now)
         return phase not in ENDED_JOB_PHASES
+
+    def _notify(self, key: str, event: str, detail: str) -> None:
+        """Send the event once (its key kept in the state, written at the end of this poll)."""
+        if key in self.notified:
+            return
+        from recipes.watcher_notify import send
+
+        send(self.notify_file, self.workspace, event, detail, lambda line: print(line, file=sys.stderr, flush=True))
+        self.notified = [*self.notified, key][-MAX_NOTIFIED:]
+        self.written_at = 0.0
 
     def _quorum(self) -> None:
         """The store's view: the newest quorum's outer step and its members by datacenter. A change of
@@ -259,11 +286,14 @@ class Watcher:
             progressed = progressed or bool(PROGRESS.search(line))
         if resumed is None and not progressed and now - since < TRAINING_WAIT_S:
             return  # not training yet: looked at again next poll
-        del self.waiting[name]
+        lost_uid = self.waiting.pop(name)[0]
         step = resumed if resumed is not None else (0 if progressed else None)
         lost = max(0, reached - step) if reached is not None and step is not None else None
         self._record("recovered", worker=self._label(name), downtime_s=round(now - since, 3), step=step,
                      steps_lost=lost)
+        self._notify(f"RECOVERED {lost_uid}", "RECOVERED",
+                     f"{self._label(name)} training again at step {step} after {round(now - since, 1)}s "
+                     f"({lost} steps lost)")
 
     def _lost(self, pod: dict, name: str, uid: str, now: float) -> None:
         cause = f"pod {self._label(name)} {failure(pod)}"
@@ -313,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store-port", type=int, help="serve the elastic quorum store on this port")
     parser.add_argument("--store-token-file", help="the store's token (a Secret's file; never on the command line)")
     parser.add_argument("--store-host", default="0.0.0.0", help="the address the store listens on")
+    parser.add_argument("--notify-file", help="the webhook's address, a Secret's file (absent: no notifications)")
     args = parser.parse_args(argv)
     if args.max_recoveries < 0 or not 0.05 <= args.poll_s <= 3600:
         parser.error("--max-recoveries must be >= 0 and --poll-s between 0.05 and 3600")
@@ -326,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         quorum = store.quorum_view
         print(f"geotrain watcher: elastic store on {args.store_host}:{store.port}", flush=True)
     api = Api(args.api) if args.api else Api.in_cluster()
-    watcher = Watcher(api, args.namespace, args.job, args.history, args.max_recoveries, quorum)
+    watcher = Watcher(api, args.namespace, args.job, args.history, args.max_recoveries, quorum, args.notify_file)
     print(f"geotrain watcher: job {args.job} in {args.namespace}, {watcher.used} of "
           f"{args.max_recoveries} recoveries used", flush=True)
     active = True

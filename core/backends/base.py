@@ -74,6 +74,7 @@ class Backend(abc.ABC):
     """Runs workspaces. `workspace_id` is assigned by core.workspaces before deploy."""
 
     NOTIFIES = False  # a process of this backend on this machine sees the run end (core.backends.local.notifier)
+    WEBHOOK_IN_CLUSTER = False  # a process in the cluster sends the webhook (core.backends.kubernetes_notify)
 
     @abc.abstractmethod
     def plan(self, workspace_id: str, spec: WorkspaceSpec) -> LaunchPlan:

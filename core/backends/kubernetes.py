@@ -17,6 +17,7 @@ from core.backends import node_files
 from core.backends.base import Backend, LaunchPlan, WorkerState, WorkspaceState
 from core.backends.kubernetes_drilldown import PodDrilldown
 from core.backends.kubernetes_recovery import JobRecovery
+from core.backends.kubernetes_notify import WatcherNotify
 from core.backends.kubernetes_utilization import PodUtilization
 from core.errors import BackendError, InvalidInput
 from core.kubernetes.names import job_name, label_value
@@ -59,7 +60,7 @@ TYPED_KINDS = {"Secret": (client.CoreV1Api, "secret"), "ConfigMap": (client.Core
 WATCHER_KINDS = ("Deployment", "Service", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
 
 
-class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
+class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, WatcherNotify, Backend):
     """Runs workspaces as Volcano jobs in the cluster's namespace (default `default`)."""
 
     def __init__(self, cluster: Cluster, log_poll_s: float = 1.0,
@@ -180,6 +181,7 @@ class KubernetesBackend(PodDrilldown, PodUtilization, JobRecovery, Backend):
         self._delete_object("ConfigMap", history_name(job_name(workspace_id)))
         self._delete_object("Secret", secret_name(workspace_id))
         self._delete_object("Secret", store_secret_name(job_name(workspace_id)))
+        self.clear_notify(workspace_id)  # the webhook's address (core.kubernetes.notify_secret)
         self._delete_object("Secret", pull_secret_name(workspace_id))
         self._delete_object("ConfigMap", config_map_name(workspace_id))
         self._delete_source_maps(workspace_id)

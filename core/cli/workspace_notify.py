@@ -1,7 +1,10 @@
 """`geotrain workspaces notify ID`: tell a webhook when the workspace completes, fails or recovers
 (issue 43). The address comes from GEOTRAIN_NOTIFY_URL or a hidden prompt, never the command line
 (every local user can read argv), and is kept in the secret store (0600), never shown again.
-`--command CMD` runs a local program instead (or as well), the event as JSON on its stdin, no shell."""
+`--command CMD` runs a local program instead (or as well), the event as JSON on its stdin, no shell.
+On a Kubernetes workspace the address goes into the workspace's Secret `<job>-notify` instead and the
+watcher in the cluster sends (core.backends.kubernetes_notify); a command, which would run on this
+machine, is refused there."""
 
 from __future__ import annotations
 
@@ -32,10 +35,12 @@ def cmd_notify(args) -> int:
 
     service = WorkspaceService()
     ws = service.get(args.id)
-    if not service.backend(ws.cluster).NOTIFIES:
-        raise InvalidInput(f"{ws.id} runs on cluster {ws.cluster!r}: notifications are sent by the local "
-                           "supervisor, which Kubernetes workspaces do not have (not yet)",
-                           "use a local workspace, or watch `geotrain workspaces show ID`")
+    backend = service.backend(ws.cluster)
+    if backend.WEBHOOK_IN_CLUSTER:
+        return _in_cluster(args, backend, ws.id)
+    if not backend.NOTIFIES:
+        raise InvalidInput(f"{ws.id} runs on cluster {ws.cluster!r}, whose workspaces send no notifications",
+                           "use a local or Kubernetes workspace, or watch `geotrain workspaces show ID`")
     if args.off:
         notifier.forget(service.secrets, ws.id)
         print(f"{ws.id} notifies no one now.")
@@ -59,4 +64,31 @@ def cmd_notify(args) -> int:
         if not notifier.Notifier(run_dir, ws.id, service.secrets, []).send("TEST", "a test of this workspace's notifications"):
             raise InvalidInput("the test message was not delivered", f"see {run_dir / 'logs' / 'launcher.log'}")
         print("The test message was delivered.")
+    return 0
+
+
+def _url(args) -> str:
+    url = None if args.ask else os.environ.get(URL_ENV)
+    if url is None:
+        if not (args.ask or sys.stdin.isatty()):
+            raise InvalidInput(f"no webhook URL: {URL_ENV} is not set", f"set {URL_ENV}, or pass --ask at a terminal")
+        url = getpass.getpass("Webhook URL (hidden): ").strip()
+    return url
+
+
+def _in_cluster(args, backend, workspace_id: str) -> int:
+    """A Kubernetes workspace: the watcher in the cluster sends, from the address in its Secret."""
+    if args.command is not None:
+        raise InvalidInput(f"{workspace_id} runs on Kubernetes: a notification command would run on this machine, "
+                           "so only a webhook is sent from the cluster", "drop --command; give the webhook's URL")
+    if args.off:
+        backend.clear_notify(workspace_id)
+        print(f"{workspace_id} notifies no one now (its notify Secret is deleted).")
+        return 0
+    if args.test:
+        raise InvalidInput(f"{workspace_id} runs on Kubernetes: its messages are sent by the watcher in the cluster, "
+                           "not from here", "drop --test; COMPLETED, FAILED and RECOVERED arrive as they happen")
+    backend.set_notify_url(workspace_id, _url(args))
+    print(f"{workspace_id} will notify the webhook of {', '.join(EVENTS)}, sent by its watcher in the cluster "
+          "(the URL is in a Kubernetes Secret; not shown).")
     return 0

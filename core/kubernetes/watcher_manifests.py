@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.kubernetes.notify_secret import mount_notify
+
 WATCHER_CONTAINER = "watcher"
 WATCHER_UID = 1000  # the trainers' user (core.kubernetes.manifests.POD_UID): the same Pod Security profile
 POLL_S = 5
@@ -107,6 +109,7 @@ def _pod(job_manifest: dict[str, Any], namespace: str, budget: int, image: str, 
         spec["volumes"].append(source)
         container["volumeMounts"] = [{"name": source["name"], "mountPath": "/opt/geotrain/src", "readOnly": True}]
         container["env"].append({"name": "PYTHONPATH", "value": "/opt/geotrain/src"})
+    mount_notify(spec, container, job, WATCHER_UID)  # the webhook's address, when the workspace has one
     return {"metadata": {"labels": labels}, "spec": spec}
 
 

@@ -195,8 +195,13 @@ def test_the_notify_command_keeps_the_address_in_the_secret_store_only(geotrain_
         assert cli(states.COMPLETED_ID, "--off").returncode == 0 and hook.url not in store.read_text()
         unset = cli(states.COMPLETED_ID)
         assert unset.returncode != 0 and f"{URL_ENV} is not set" in unset.stderr
+        # a Kubernetes workspace's address goes to its cluster's Secret (tests/kubernetes/test_watcher_notify.py),
+        # never this machine's store: this one's cluster has no kubeconfig, so it is refused in one line
         remote = cli(states.REMOTE_ID, **{URL_ENV: hook.url})
-        assert remote.returncode != 0 and "Kubernetes workspaces" in remote.stderr and hook.url not in store.read_text()
+        assert remote.returncode != 0 and "has no kubeconfig" in remote.stderr and hook.url not in store.read_text()
+        assert len(remote.stderr.strip().splitlines()) == 1 and HOOK_PATH not in remote.stderr
+        command = cli(states.REMOTE_ID, "--command", "notify-send geotrain")  # it would run on this machine
+        assert command.returncode != 0 and "a notification command would run on this machine" in command.stderr
         bad = cli(states.COMPLETED_ID, **{URL_ENV: "ftp://example.org" + HOOK_PATH})
         assert bad.returncode != 0 and HOOK_PATH not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     finally:

@@ -38,3 +38,20 @@ def policy_problem(policy: dict) -> str:
             if isinstance(number, int) and not 1 <= number <= 65535:
                 return f"spec.ingress[{i}].ports.port: Invalid value: {number}: must be between 1 and 65535"
     return ""
+
+
+def secret_problem(secret: dict) -> str:
+    """Some of what the real API server's Secret validation says (k8s pkg/apis/core/validation
+    ValidateSecret): a DNS-1123 subdomain name, data keys of `[-._a-zA-Z0-9]+`, 1 MiB in all."""
+    import re
+
+    name = (secret.get("metadata") or {}).get("name") or ""
+    if len(name) > 253 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", name):
+        return f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+    values = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
+    for key in values:
+        if not isinstance(key, str) or len(key) > 253 or not re.fullmatch(r"[-._a-zA-Z0-9]+", key):
+            return f"data[{key}]: Invalid value: {key!r}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
+    if sum(len(str(v)) for v in values.values()) > 1 << 20:
+        return "data: Too long: must have at most 1048576 bytes"
+    return ""

@@ -23,7 +23,7 @@ from typing import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.kubernetes.api_validation import claim_problem, policy_problem
+from tests.kubernetes.api_validation import claim_problem, policy_problem, secret_problem
 
 CORE = (r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>configmaps|secrets|pods|persistentvolumeclaims|events"
         r"|serviceaccounts|services)")
@@ -462,7 +462,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if key in fake.objects:
                     return self._send(409, _status(409, "AlreadyExists",
                                                    f'{res} "{key[2]}" already exists'))
-                check = {"persistentvolumeclaims": claim_problem, "networkpolicies": policy_problem}.get(res)
+                check = {"persistentvolumeclaims": claim_problem, "networkpolicies": policy_problem,
+                         "secrets": secret_problem}.get(res)
                 invalid = check(obj) if check else ""
                 if invalid:
                     return self._send(422, _status(422, "Invalid", f'{obj.get("kind")} '

@@ -9,7 +9,8 @@ from tests.kubernetes.conftest import REPO
 
 KUBERNETES_MODULES = {"core/kubernetes/client.py", "core/kubernetes/pod_logs.py", "core/kubernetes/registration.py",
                       "core/kubernetes/pod_files.py", "core/kubernetes/pod_shell.py", "core/backends/kubernetes.py",
-                      "core/backends/kubernetes_drilldown.py", "core/backends/kubernetes_check.py",
+                      "core/backends/kubernetes_drilldown.py", "core/backends/kubernetes_notify.py",
+                      "core/backends/kubernetes_check.py",
                       "core/kubernetes/cordon.py"}
 
 
