@@ -187,14 +187,14 @@ class WorkspaceDetailScreen(GeotrainScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="notify", name="Notifications")
     def action_notify_form(self) -> None:
-        """Set or clear the webhook/command (tui/modals/notify_form.py); where no local supervisor sends
-        them (Kubernetes, not yet), one line says so."""
+        """Set or clear the webhook/command (tui/modals/notify_form.py); on Kubernetes the webhook only,
+        sent by the watcher in the cluster; where neither sends, one line says so."""
         service = self.app.service
         cluster = service.get(self.workspace_id).cluster
-        if not service.backend(cluster).NOTIFIES:
-            self.app.call_from_thread(self.notify, f"Notifications are sent by the local supervisor; {self.workspace_id} "
-                                      f"runs on {cluster}, where they are not available yet", severity="warning",
-                                      markup=False)
+        backend = service.backend(cluster)
+        if not (backend.NOTIFIES or backend.WEBHOOK_IN_CLUSTER):
+            self.app.call_from_thread(self.notify, f"{self.workspace_id} runs on {cluster}, whose workspaces send "
+                                      "no notifications", severity="warning", markup=False)
             return
         from tui.modals.notify_form import NotifyFormScreen
 
@@ -203,7 +203,7 @@ class WorkspaceDetailScreen(GeotrainScreen):
                 self.notify(f"Notifications of {self.workspace_id} {outcome}"
                             + (" (kept as secrets, not shown)" if outcome == "saved" else ""), markup=False)
 
-        self.app.call_from_thread(self.app.push_screen, NotifyFormScreen(self.workspace_id), done)
+        self.app.call_from_thread(self.app.push_screen, NotifyFormScreen(self.workspace_id, backend if backend.WEBHOOK_IN_CLUSTER else None), done)
 
     def action_delete(self) -> None:
         ask_delete(self, self.workspace_id)
