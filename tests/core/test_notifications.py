@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 from core.domain.notifications import URL_ENV, check_command, check_url, command_ref, message, secret_ref
 from core.errors import InvalidInput
 from core.state.secret_store import SecretStore
+from tests.faults.faults import wait_for
 from tests.tui import states
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,9 +265,52 @@ def test_the_notify_command_stores_a_command_and_tests_it(geotrain_home, tmp_pat
         assert done.returncode == 0, done.stderr
         assert [json.loads(line)["stdin"]["event"] for line in out.read_text().splitlines()] == ["TEST"]
         store = geotrain_home / "secrets.json"
-        assert command in json.loads(store.read_text()).values() and oct(store.stat().st_mode & 0o777) == "0o600"
+        kept = [shlex.split(v) for v in json.loads(store.read_text()).values()]
+        assert shlex.split(command) in kept and oct(store.stat().st_mode & 0o777) == "0o600"
         missing = cli(states.COMPLETED_ID, "--command", "no-such-program-xyz --flag")
         assert missing.returncode != 0 and "not found" in missing.stderr
         assert cli(states.COMPLETED_ID, "--off").returncode == 0 and command not in store.read_text()
     finally:
         states.stop(procs)
+
+
+def test_a_relative_program_is_kept_as_the_one_checked(geotrain_home, tmp_path, monkeypatch):
+    """Found in review: `./n.sh` was checked in the CLI's directory but run in the run's directory,
+    which the workers can write: the program is now kept as the absolute path found when it was set."""
+    from core.backends.local import notifier
+
+    here, run_dir = tmp_path / "here", tmp_path / "run"
+    here.mkdir()
+    run_dir.mkdir()
+    said = tmp_path / "said"
+    (here / "n.sh").write_text(f"#!/bin/sh\ncat > {said}\n")
+    (here / "n.sh").chmod(0o700)
+    (run_dir / "n.sh").write_text(f"#!/bin/sh\necho planted > {said}\n")  # what a worker could plant
+    (run_dir / "n.sh").chmod(0o700)
+    monkeypatch.chdir(here)
+    store = SecretStore()
+    notifier.keep(store, "ws-rel", command="./n.sh --flag")
+    kept = shlex.split(store.get(command_ref("ws-rel")))
+    assert kept == [str(here / "n.sh"), "--flag"]
+    assert notifier.run_command(kept, {"event": "TEST"}, run_dir) == ""
+    assert json.loads(said.read_text()) == {"event": "TEST"}  # the checked program ran, not the planted one
+    assert "absolute" in notifier.run_command(["./n.sh"], {"event": "TEST"}, run_dir)  # one kept before
+
+
+def test_a_command_past_its_time_is_ended_with_what_it_started(tmp_path, monkeypatch):
+    from core.backends.local import notifier
+
+    monkeypatch.setattr(notifier, "TIMEOUT_S", 1)
+    pid_file = tmp_path / "child.pid"
+    code = (f"import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    assert notifier.run_command([sys.executable, "-c", code], {"event": "TEST"}, tmp_path) == \
+        "it did not finish within 1 s"
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")
+
+    def ended() -> bool:  # gone, or a zombie left to a PID 1 that does not reap
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            return True
+    wait_for(ended, 10, "the command's background child ended with it")

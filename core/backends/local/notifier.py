@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -52,9 +54,12 @@ def post(url: str, body: dict) -> str:
 def keep(store: SecretStore, workspace_id: str, url: str | None = None, command: str | None = None) -> None:
     """Check, then keep what is given (None: leave as it is); both checked before either is kept."""
     argv = check_command(command) if command is not None else None
-    if argv and shutil.which(argv[0]) is None:
+    program = shutil.which(argv[0]) if argv else None
+    if argv and program is None:
         raise InvalidInput(f"the notification command's program {argv[0]!r} is not found or not executable",
                            "give its full path, or a program on PATH")
+    if argv:  # kept as the absolute program found now: it runs in the run's directory, in the workers' reach
+        command = shlex.join([os.path.abspath(program), *argv[1:]])
     if url is not None:
         check_url(url)
     if url is not None:
@@ -84,18 +89,31 @@ def command_env() -> dict[str, str]:
 
 def run_command(argv: list[str], body: dict, cwd: Path) -> str:
     """Run it with the message on stdin; '' when it exits 0, else why not (its last stderr line)."""
+    if "/" in argv[0] and not os.path.isabs(argv[0]):  # kept before programs were kept absolute
+        return f"its program {argv[0]!r} is not an absolute path: set the command again"
     try:
-        done = subprocess.run(argv, input=json.dumps(body), text=True, env=command_env(), cwd=cwd,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=TIMEOUT_S,
-                              start_new_session=True, errors="replace")
-    except subprocess.TimeoutExpired:
-        return f"it did not finish within {TIMEOUT_S} s"
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env=command_env(), cwd=cwd, start_new_session=True, errors="replace")
     except OSError as exc:
         return f"{type(exc).__name__}: {exc.strerror or exc}"
-    if done.returncode == 0:
+    try:
+        _, err = proc.communicate(json.dumps(body), timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return f"it did not finish within {TIMEOUT_S} s"
+    if proc.returncode == 0:
         return ""
-    last = (done.stderr.strip().splitlines() or [""])[-1][:200]
-    return f"exit code {done.returncode}" + (f": {last}" if last else "")
+    last = (err.strip().splitlines() or [""])[-1][:200]
+    return f"exit code {proc.returncode}" + (f": {last}" if last else "")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """The command and whatever it started in its session (a `cmd &` would outlive it and hold its pipe)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        proc.kill()
+    proc.communicate()
 
 
 class Notifier:
