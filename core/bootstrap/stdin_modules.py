@@ -27,7 +27,7 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(M[module.__name__], "<geotrain " + module.__name__ + ">", "exec"), module.__dict__)
 sys.meta_path.insert(0, Finder())
 os.environ.update(d["env"])
-from recipes import cluster_check
+cluster_check = importlib.import_module("recipes.cluster_check")  # on the node, from the modules sent
 sys.exit(cluster_check.main(d["argv"], token=d["token"].encode() if d["token"] else None))
 """
 
