@@ -9,7 +9,7 @@ from core.domain.recipe_catalog import package_root
 from core.domain.source_files import read_shipped
 
 MODULES = ("recipes", "recipes.cluster_check", "recipes.private_store", "recipes.elastic_store",
-           "recipes.elastic_quorum", "recipes.elastic_store_client", "recipes.telemetry")
+           "recipes.elastic_store_wire", "recipes.elastic_quorum", "recipes.elastic_store_client", "recipes.telemetry")
 
 
 def module_path(name: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -95,8 +96,22 @@ def join(dist_keys: dict | None = None, device: str = "auto"):
     schema = load("schema")
     # the group goes down before the interpreter does: left to exit, gloo's threads can abort the process
     # ("terminate called without an active exception") after the script's last line, seen under load
-    atexit.register(_distributed.teardown)
+    atexit.register(_leave)
     return _distributed.setup(schema.DistConfig(**(dist_keys or {})), device)
+
+
+def _leave() -> None:
+    """At exit: meet the other ranks first (bounded: a rank that died is not waited for past 30 s), so
+    no rank takes the group down while a peer's gloo threads still talk to it (an abort at exit, seen
+    once on a loaded CI machine after the first teardown fix), then take it down."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1 and dist.get_backend() == "gloo":
+        try:
+            dist.monitored_barrier(timeout=timedelta(seconds=30))
+        except RuntimeError:
+            pass  # a peer is gone: nothing to wait for
+    _distributed.teardown()
 
 
 class Loop:

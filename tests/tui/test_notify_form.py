@@ -5,6 +5,7 @@ has the webhook only (its watcher in the cluster sends; the Secret's own tests: 
 
 import asyncio
 import json
+import shutil
 
 from textual.widgets import Input, Static
 
@@ -45,7 +46,8 @@ def test_the_form_keeps_the_address_as_a_secret_and_masks_it(app, seeded):
             await until(pilot, lambda: any("kept as secrets" in n.message for n in app._notifications))
             store = home / "secrets.json"
             kept = json.loads(store.read_text())
-            assert kept[f"{states.COMPLETED_ID}/notify"] == HOOK and kept[f"{states.COMPLETED_ID}/notify-command"] == "true --quiet"
+            assert kept[f"{states.COMPLETED_ID}/notify"] == HOOK and kept[f"{states.COMPLETED_ID}/notify-command"] == \
+                f"{shutil.which('true')} --quiet"  # the program kept as the absolute path found
             assert oct(store.stat().st_mode & 0o777) == "0o600"
             await pilot.press("N")  # again: shown back masked
             await on_screen(pilot, NotifyFormScreen)
