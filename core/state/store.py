@@ -101,7 +101,18 @@ class Store:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
+        # switching to WAL takes a lock that SQLite may refuse at once, without its busy handler, while
+        # another process opens or switches the same new file ("database is locked", seen in CI with six
+        # CLI processes starting together): only a database not yet in WAL switches, retried for the timeout
+        deadline = time.monotonic() + 30
+        while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.05)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
